@@ -1,0 +1,87 @@
+"""What every decoding loop shares: the run's context, prefill, and committing tokens.
+
+A method's loop decides *which* tokens become final; :class:`Transcript` decides how they are
+committed — cut at the token budget and after EOS, turned into text pieces, announced as a
+:class:`~engines.trace.Commit` event — so every method stops and streams the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .kv_cache import KVCache
+from .layers import LayerStack
+from .sampling import Sampler
+from .trace import Commit, Prefill, StageSpan, Trace
+
+DRAFT_MARGIN = 64  # cache slots beyond prompt + budget, for draft tokens that may be rejected
+
+
+@dataclass
+class DecodeContext:
+    target: LayerStack
+    prompt_ids: list[int]
+    max_new_tokens: int
+    sampler: Sampler
+    trace: Trace
+    eos_ids: frozenset
+    detokenize: Callable[[list[int]], str]
+    lane: str = "cpu0"
+
+    @property
+    def capacity(self) -> int:
+        return len(self.prompt_ids) + self.max_new_tokens + DRAFT_MARGIN
+
+    def span(self, stage: str, round_: int, start: float) -> StageSpan:
+        return StageSpan(t=self.trace.now(), lane=self.lane, stage=stage, round=round_, start=start,
+                         end=self.trace.now())
+
+
+class Transcript:
+    """The committed sequence; the single place where tokens become final."""
+
+    def __init__(self, ctx: DecodeContext):
+        self.ctx = ctx
+        self.ids = list(ctx.prompt_ids)
+        self.new_ids: list[int] = []
+        self.text = ""
+        self.stop_reason = ""
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stop_reason)
+
+    @property
+    def remaining(self) -> int:
+        return self.ctx.max_new_tokens - len(self.new_ids)
+
+    def commit(self, round_: int, tokens: list[int], fates: list[str], drafted: int = 0,
+               accepted: int = 0) -> Commit:
+        tokens, fates = tokens[: self.remaining], fates[: self.remaining]
+        for i, token in enumerate(tokens):
+            if token in self.ctx.eos_ids:
+                tokens, fates = tokens[: i + 1], fates[: i + 1]
+                self.stop_reason = "eos"
+                break
+        pieces = []
+        for token in tokens:
+            self.ids.append(token)
+            self.new_ids.append(token)
+            text = self.ctx.detokenize(self.new_ids)
+            pieces.append(text[len(self.text):])
+            self.text = text
+        if not self.stop_reason and self.remaining <= 0:
+            self.stop_reason = "max_new_tokens"
+        return Commit(t=self.ctx.trace.now(), round=round_, tokens=tokens, fates=fates, pieces=pieces,
+                      drafted=drafted, accepted=min(accepted, len(tokens)))
+
+
+def prefill(ctx: DecodeContext, cache: KVCache) -> tuple[torch.Tensor, Prefill]:
+    """Run the whole prompt through the target; returns the logits for the first new token."""
+    start = time.perf_counter()
+    logits = ctx.target.forward(ctx.prompt_ids, cache)[-1]
+    return logits, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids), seconds=time.perf_counter() - start)

@@ -1,0 +1,54 @@
+"""A separate draft model with its own KV cache: a Hugging Face causal LM sharing the target's
+tokenizer, or a self-draft made of the target's first k layers plus its final norm and head.
+
+The drafter remembers which tokens its cache holds and, each round, keeps the longest prefix that
+still agrees with the committed sequence — rejected drafts simply fall off the end.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..decoding import DecodeContext
+from ..kv_cache import KVCache
+from ..layers import LayerStack
+from ..sampling import Sampler
+from .base import Draft, finish_draft, sample_draft_token
+
+
+class ModelDrafter:
+    def __init__(self, stack: LayerStack, n_layers: int | None = None, name: str = "draft"):
+        self.stack = stack
+        self.n_layers = n_layers or stack.n_layers
+        self.name = name
+        self.cache: KVCache | None = None
+        self.cached_ids: list[int] = []
+
+    def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
+        self.cache = self.stack.new_cache(ctx.capacity, range(self.n_layers))
+        self.cached_ids = []
+
+    def _logits(self, ids: list[int]) -> torch.Tensor:
+        hidden = self.stack.run(self.stack.embed(ids), 0, self.n_layers, self.cache)
+        self.cached_ids.extend(ids)
+        return self.stack.logits(hidden[:, -1:])[-1]
+
+    def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
+        if gamma == 0:
+            return Draft([])
+        keep = 0
+        limit = min(len(self.cached_ids), len(committed) - 1)  # always feed at least one token
+        while keep < limit and self.cached_ids[keep] == committed[keep]:
+            keep += 1
+        self.cache.crop(keep)
+        del self.cached_ids[keep:]
+        logits = self._logits(committed[keep:])
+        tokens, qs, rows = [], [], []
+        for step in range(gamma):
+            token, q = sample_draft_token(logits, sampler)
+            tokens.append(token)
+            qs.append(q)
+            rows.append(logits)
+            if step + 1 < gamma:
+                logits = self._logits([token])
+        return finish_draft(tokens, qs, rows)

@@ -1,0 +1,41 @@
+"""Prompt lookup: propose the tokens that followed the most recent earlier occurrence of the last n-gram.
+
+No model at all — the draft is copied from the context, which is why it shines on summarization and
+retrieval-augmented prompts where the answer repeats the input. Proposals are point masses.
+"""
+
+from __future__ import annotations
+
+from ..decoding import DecodeContext
+from ..kv_cache import KVCache
+from ..sampling import Sampler
+from .base import Draft
+
+
+def lookup(ids: list[int], max_ngram: int, min_ngram: int, gamma: int) -> tuple[list[int], int]:
+    """Continuation of the latest earlier match of the longest suffix n-gram; returns (tokens, match start)."""
+    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
+        suffix = ids[-n:]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start:start + n] == suffix:
+                follow = ids[start + n: start + n + gamma]
+                if follow:
+                    return follow, start
+    return [], -1
+
+
+class PromptLookupDrafter:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.name = "prompt_lookup"
+        self.last_match = -1
+
+    def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
+        self.last_match = -1
+
+    def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
+        if gamma == 0:
+            return Draft([])
+        tokens, self.last_match = lookup(committed, self.max_ngram, self.min_ngram, gamma)
+        return Draft(tokens, None, [0.0] * len(tokens))

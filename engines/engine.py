@@ -1,0 +1,156 @@
+"""The engine's public entry point: load a target once, then stream any method's run as events.
+
+``Engine.generate`` validates everything first and only then returns the event stream, so a bad
+argument raises ``ValueError`` before any work starts and nothing is left half-done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from .decoding import DecodeContext
+from .layers import LayerStack
+from .methods import get_method
+from .model import DEFAULT_MODEL, LoadedModel, load_model
+from .sampling import Sampler
+from .stats import Stats, compute_stats
+from .trace import Event, RunEnd, RunStart, Trace
+
+
+@dataclass
+class RunResult:
+    method: str
+    config: dict
+    token_ids: list[int]
+    text: str
+    stats: Stats
+    events: list[Event]
+
+
+class Engine:
+    def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.target = LayerStack(model)
+        self.context_window = getattr(model.config, "max_position_embeddings", 2048)
+        self._drafts: dict[str, LayerStack] = {}
+
+    @classmethod
+    def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> "Engine":
+        loaded: LoadedModel = load_model(model, dtype, device)
+        return cls(loaded.model, loaded.tokenizer, loaded.name)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.target.dtype).removeprefix("torch.")
+
+    @property
+    def device(self) -> str:
+        return str(self.target.device)
+
+    @property
+    def eos_ids(self) -> frozenset:
+        eos = getattr(self.model.config, "eos_token_id", None)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            eos = self.tokenizer.eos_token_id
+        return frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+    # --- prompts and text ------------------------------------------------------------------------
+    def encode(self, prompt: str | Sequence[dict] | Sequence[int]) -> list[int]:
+        """A string is one user turn, a list of dicts a chat, a list of ints raw token ids."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("prompt must not be empty")
+            prompt = [{"role": "user", "content": prompt}]
+        prompt = list(prompt)
+        if not prompt:
+            raise ValueError("prompt must not be empty")
+        if all(isinstance(x, int) for x in prompt):
+            return prompt
+        if self.tokenizer is None:
+            raise ValueError("this engine has no tokenizer: pass the prompt as a list of token ids")
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return self.tokenizer.encode("\n".join(m["content"] for m in prompt))
+
+    def detokenize(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return "".join(f" {i}" for i in ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # --- drafts ----------------------------------------------------------------------------------
+    def add_draft(self, name: str, model: torch.nn.Module, tokenizer=None) -> None:
+        """Register a draft model under ``name`` (``sps --draft NAME``); it must share our tokenizer."""
+        if tokenizer is not None and self.tokenizer is not None:
+            if tokenizer.get_vocab() != self.tokenizer.get_vocab():
+                raise ValueError(f"draft {name!r} uses a different tokenizer from the target; "
+                                 "speculative decoding needs the draft to share the target's vocabulary")
+        if model.config.vocab_size != self.model.config.vocab_size:
+            raise ValueError(f"draft {name!r} has vocabulary size {model.config.vocab_size}, "
+                             f"the target {self.model.config.vocab_size}")
+        self._drafts[name] = LayerStack(model)
+
+    def draft_stack(self, name: str) -> LayerStack:
+        if name not in self._drafts:
+            loaded = load_model(name, self.dtype, self.device.split(":")[0])
+            self.add_draft(name, loaded.model, loaded.tokenizer)
+        return self._drafts[name]
+
+    # --- running ---------------------------------------------------------------------------------
+    def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int | None = 0, instrument: bool = True,
+                 trace: Trace | None = None, **options) -> Iterator[Event]:
+        """Validate, then return the run's event stream (commits carry the text as it is produced)."""
+        method_cls = get_method(method)
+        unknown = set(options) - set(method_cls.Config.option_names())
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)} for method {method!r}; "
+                             f"allowed: {method_cls.Config.option_names() or 'none'}")
+        config = method_cls.Config(**options)
+        config.validate(self.target.n_layers)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        sampler = Sampler(temperature, top_p, seed)
+        prompt_ids = self.encode(prompt)
+        if len(prompt_ids) + max_new_tokens > self.context_window:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                             f"the model's context window of {self.context_window} tokens")
+        instance = method_cls(config, self)
+        if method == "sps" and config.draft != "self":
+            self.draft_stack(config.draft)  # load and check the draft before the stream starts
+        trace = trace or Trace(detailed=instrument)
+        ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
+                            self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
+        return self._stream(instance, ctx, temperature)
+
+    def _stream(self, method, ctx: DecodeContext, temperature: float) -> Iterator[Event]:
+        trace = ctx.trace
+        yield trace.emit(RunStart(
+            t=trace.now(), method=method.name, config=method.config.to_dict(), model=self.name,
+            device=self.device, dtype=self.dtype, lanes={"target": ctx.lane, "draft": ctx.lane},
+            lossless=method.lossless, prompt_tokens=len(ctx.prompt_ids), max_new_tokens=ctx.max_new_tokens,
+            temperature=temperature))
+        token_ids: list[int] = []
+        stop_reason = "max_new_tokens"
+        with torch.inference_mode():
+            for event in method.decode(ctx):
+                if getattr(event, "kind", "") == "commit":
+                    token_ids.extend(event.tokens)
+                    if event.tokens and event.tokens[-1] in ctx.eos_ids:
+                        stop_reason = "eos"
+                yield trace.emit(event)
+        end = trace.now()
+        stats = compute_stats(trace.events, end_time=end)
+        yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),
+                                stats=stats.to_dict(), stop_reason=stop_reason))
+
+    def run(self, prompt, method: str = "ar", **kwargs) -> RunResult:
+        """Run to the end and return the result (the same events ``generate`` streams)."""
+        events = list(self.generate(prompt, method, **kwargs))
+        end: RunEnd = events[-1]
+        return RunResult(method, events[0].config, end.token_ids, end.text, Stats(**end.stats), events)

@@ -1,0 +1,96 @@
+"""The target model by layer: embed → layers [a, b) → final norm + LM head.
+
+Every method in the papers needs the model in pieces (an early exit at layer ℓ, a range of layers on
+another worker, hidden states for feature-level drafters), so the engine never calls the model's own
+``forward``. It calls the model's embedding, decoder-layer modules, rotary embedding, norm and head
+directly, with its own :class:`~engines.kv_cache.KVCache` and explicit positions and 4-D masks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kv_cache import KVCache
+
+
+def chain_parents(n: int) -> list[int]:
+    """Parents of a plain causal chunk: node i hangs off node i-1, node 0 off the committed prefix."""
+    return list(range(-1, n - 1))
+
+
+def tree_depths(parents: list[int]) -> list[int]:
+    depths: list[int] = []
+    for parent in parents:
+        if parent >= len(depths):
+            raise ValueError("tree nodes must be listed parents-first")
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask ``[1, 1, n, prefix_len + n]``: a node sees the prefix, itself and its ancestors."""
+    n = len(parents)
+    allowed = torch.zeros(n, prefix_len + n, dtype=torch.bool, device=device)
+    allowed[:, :prefix_len] = True
+    for i, parent in enumerate(parents):
+        allowed[i, prefix_len + i] = True
+        if parent >= 0:
+            allowed[i, prefix_len:] |= allowed[parent, prefix_len:]
+    mask = torch.zeros(n, prefix_len + n, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+class LayerStack:
+    """A Hugging Face decoder-only model seen as a stack of layers the engine can run piecewise."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.config = model.config
+        self.backbone = model.model
+        self.layers = self.backbone.layers
+        self.n_layers = len(self.layers)
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+
+    def new_cache(self, capacity: int, layers: range | None = None) -> KVCache:
+        return KVCache.for_model(self.config, capacity, self.dtype, self.device, layers)
+
+    def embed(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
+        ids = torch.as_tensor(ids, device=self.device).view(1, -1)
+        return self.backbone.embed_tokens(ids)
+
+    def run(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache,
+            parents: list[int] | None = None) -> torch.Tensor:
+        """Run layers [start, stop) on ``hidden`` (``[1, n, d]``), appending their keys/values to ``cache``.
+
+        ``parents`` describes a draft tree (see :func:`tree_mask`); ``None`` means a causal chunk.
+        """
+        if start == stop:
+            return hidden
+        n = hidden.shape[1]
+        prefix = cache.length(start)
+        if any(cache.length(layer) != prefix for layer in range(start, stop)):
+            raise RuntimeError(f"layers [{start}, {stop}) hold caches of different lengths")
+        parents = parents if parents is not None else chain_parents(n)
+        depths = torch.tensor(tree_depths(parents), device=self.device)
+        positions = (prefix + depths).view(1, -1)
+        # a single new token may attend to everything cached: no mask needed (and sdpa is faster)
+        mask = None if n == 1 else tree_mask(prefix, parents, self.dtype, self.device)
+        rotary = self.backbone.rotary_emb(hidden, positions)
+        for layer in self.layers[start:stop]:
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions,
+                           past_key_values=cache, position_embeddings=rotary)
+            if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
+                hidden = hidden[0]
+        return hidden
+
+    def logits(self, hidden: torch.Tensor, head: torch.nn.Module | None = None) -> torch.Tensor:
+        """Final norm + LM head (or a trained exit head), as fp32 ``[n, vocab]``."""
+        if head is not None:
+            return head(hidden)[0].float()
+        return self.model.lm_head(self.backbone.norm(hidden))[0].float()
+
+    def forward(self, ids: list[int], cache: KVCache, parents: list[int] | None = None) -> torch.Tensor:
+        """All layers: token ids in, fp32 logits ``[n, vocab]`` out."""
+        return self.logits(self.run(self.embed(ids), 0, self.n_layers, cache, parents))

@@ -1,0 +1,18 @@
+"""Registry of decoding methods by name."""
+
+from .ar import AR
+from .base import Method, MethodConfig
+from .eesd import EarlyExitSelfSpeculation
+from .pld import PromptLookup
+from .sps import SpeculativeSampling
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation)}
+
+
+def get_method(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+__all__ = ["METHODS", "Method", "MethodConfig", "get_method"]

