@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny random models for unit tests, the real default model for integration tests."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from engines import Engine
+
+
+def tiny_llama(vocab: int = 8, layers: int = 2, seed: int = 0, logit_scale: float = 1.0) -> LlamaForCausalLM:
+    """A random Llama small enough to enumerate its output distribution exactly."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)  # peakier distributions make a wrong rule easier to see
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+@pytest.fixture(scope="session")
+def real_engine() -> Engine:
+    """The default model in fp32: the ground truth for losslessness tests."""
+    return Engine.load(dtype="float32")
+
+
+@pytest.fixture
+def tiny_engine() -> Engine:
+    return Engine(tiny_llama(vocab=16, layers=3))

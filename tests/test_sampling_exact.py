@@ -1,0 +1,70 @@
+"""Speculative sampling must leave the target's output distribution exactly unchanged.
+
+On a tiny random model (vocabulary 8) the distribution of three generated tokens can be enumerated
+exactly; thousands of seeded speculative runs must match it (chi-square). The same test with a
+deliberately wrong residual rule must fail, proving the test has the power to catch one.
+"""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import engines.verify as verify
+from engines import Engine
+from tests.conftest import tiny_llama
+
+PROMPT = [1, 2, 3]
+N_TOKENS = 3
+N_RUNS = 3000
+
+
+def exact_distribution(model) -> dict[tuple, float]:
+    vocab = model.config.vocab_size
+    dist = {}
+    with torch.inference_mode():
+        for seq in itertools.product(range(vocab), repeat=N_TOKENS):
+            logits = model(torch.tensor([PROMPT + list(seq)])).logits[0, len(PROMPT) - 1:-1]
+            probs = torch.softmax(logits.double(), -1)
+            dist[seq] = float(torch.prod(probs[torch.arange(N_TOKENS), torch.tensor(seq)]))
+    return dist
+
+
+def chi_square_pvalue(engine: Engine, dist: dict, method: str, **options) -> float:
+    counts = {seq: 0 for seq in dist}
+    for seed in range(N_RUNS):
+        result = engine.run(PROMPT, method, max_new_tokens=N_TOKENS, temperature=1.0, seed=seed,
+                            instrument=False, **options)
+        counts[tuple(result.token_ids)] += 1
+    # pool rare sequences so every chi-square cell expects at least 5 samples
+    common = [s for s in dist if dist[s] * N_RUNS >= 5]
+    rare = [s for s in dist if dist[s] * N_RUNS < 5]
+    observed = [counts[s] for s in common] + [sum(counts[s] for s in rare)]
+    expected = [dist[s] * N_RUNS for s in common] + [sum(dist[s] for s in rare) * N_RUNS]
+    return float(chisquare(observed, expected).pvalue)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target = tiny_llama(vocab=8, layers=2, seed=1, logit_scale=4.0)
+    engine = Engine(target)
+    engine.add_draft("other", tiny_llama(vocab=8, layers=1, seed=2, logit_scale=4.0))
+    return engine, exact_distribution(target)
+
+
+def test_sps_sampling_matches_target_distribution(setup):
+    engine, dist = setup
+    assert chi_square_pvalue(engine, dist, "sps", gamma=2, draft="other") > 0.001
+
+
+def test_pld_point_mass_sampling_matches_target_distribution(setup):
+    engine, dist = setup
+    assert chi_square_pvalue(engine, dist, "pld", gamma=2) > 0.001
+
+
+def test_broken_residual_rule_is_caught(setup, monkeypatch):
+    """Resampling from p instead of norm(max(p − q, 0)) after a rejection biases the output: detected."""
+    engine, dist = setup
+    monkeypatch.setattr(verify, "residual_distribution", lambda p, q: p)
+    assert chi_square_pvalue(engine, dist, "sps", gamma=2, draft="other") < 1e-6
