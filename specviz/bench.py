@@ -1,0 +1,206 @@
+"""``specviz bench``: every method on the same prompts, model, dtype and machine, in one run.
+
+Methods are written ``name`` or ``name(option=value,...)``, e.g. ``sps(draft_layers=4,gamma=5)``;
+``instrument=false`` turns detailed tracing off (to measure its overhead). ``hf_ar`` and ``hf_pld``
+are Hugging Face ``generate`` on the same model. Runs are interleaved prompt by prompt, so slow drift
+of the machine's speed spreads over all methods alike; ``ar`` always runs, as the speedup denominator.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from engines import Engine, get_method
+
+from .hf_baselines import HF_METHODS, hf_generate
+from .prompts import load_prompts
+
+DEFAULT_METHODS = ["ar", "hf_ar", "sps(draft_layers=4)", "sps(draft_layers=8)", "pld", "hf_pld",
+                   "eesd(exit_layer=8)", "eesd(exit_layer=15)", "sps(draft_layers=4,instrument=false)"]
+_SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
+
+
+@dataclass
+class MethodSpec:
+    label: str
+    name: str
+    options: dict = field(default_factory=dict)
+    instrument: bool = True
+
+
+def _value(text: str):
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def split_methods(text: str) -> list[str]:
+    """Split on commas outside parentheses: ``ar,sps(gamma=3,draft_layers=4)`` → two specs."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_method(spec: str) -> MethodSpec:
+    match = _SPEC.match(spec)
+    if not match:
+        raise ValueError(f"method spec {spec!r} is not of the form name or name(option=value,...)")
+    name, body = match.group(1), match.group(2) or ""
+    options = {}
+    for item in filter(None, (s.strip() for s in body.split(","))):
+        if "=" not in item:
+            raise ValueError(f"method spec {spec!r}: option {item!r} must be option=value")
+        key, value = item.split("=", 1)
+        options[key.strip()] = _value(value)
+    instrument = bool(options.pop("instrument", True))
+    if name in HF_METHODS:
+        if options:
+            raise ValueError(f"{name} takes no options, got {sorted(options)}")
+    else:
+        config = get_method(name).Config(**{k: v for k, v in options.items()
+                                            if k in get_method(name).Config.option_names()})
+        unknown = set(options) - set(config.option_names())
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)} for method {name!r}; "
+                             f"allowed: {config.option_names()}")
+    return MethodSpec(spec.strip(), name, options, instrument)
+
+
+class Tally:
+    """Raw counts summed over runs; ratios are taken at the end so long answers weigh more."""
+
+    def __init__(self):
+        self.new_tokens = self.decode_seconds = self.rounds = self.round_tokens = 0
+        self.drafted = self.accepted = self.turns = self.equal_turns = 0
+        self.has_rounds = self.compared = False
+
+    def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None):
+        self.new_tokens += new_tokens
+        self.decode_seconds += decode_seconds
+        self.turns += 1
+        self.equal_turns += bool(equal)
+        self.compared = equal is not None
+        if stats is not None:
+            self.has_rounds = True
+            self.rounds += stats.rounds
+            self.round_tokens += stats.new_tokens - 1 if stats.new_tokens else 0
+            self.drafted += stats.drafted
+            self.accepted += stats.accepted
+
+    def summary(self, ar_tokens_per_s: float | None) -> dict:
+        tps = self.new_tokens / self.decode_seconds if self.decode_seconds else 0.0
+        return {
+            "tokens_per_s": tps,
+            "speedup": tps / ar_tokens_per_s if ar_tokens_per_s else None,
+            "tau": self.round_tokens / self.rounds if self.has_rounds and self.rounds else None,
+            "alpha": self.accepted / self.drafted if self.drafted else (0.0 if self.has_rounds else None),
+            "equals_ar": (self.equal_turns / self.turns) if self.compared else None,
+            "new_tokens": self.new_tokens,
+            "decode_seconds": self.decode_seconds,
+            "turns": self.turns,
+        }
+
+
+def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: int = 128,
+              temperature: float = 0.0, seed: int = 0, limit: int | None = None, progress: bool = True) -> dict:
+    specs = [parse_method(m) for m in methods]
+    if not any(s.label == "ar" for s in specs):
+        specs.insert(0, parse_method("ar"))
+    specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
+    prompts = load_prompts(prompts_path)[:limit]
+    for spec in specs:  # warm-up: first-call costs (allocator, kernels) must not land on one method
+        run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed)
+    tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
+    bar = tqdm(total=len(prompts) * len(specs), desc="bench", disable=not progress)
+    for prompt in prompts:
+        ar_answers: list[list[int]] = []
+        for spec in specs:
+            messages: list[dict] = []
+            for turn_index, turn in enumerate(prompt.turns):
+                messages.append({"role": "user", "content": turn})
+                ids, seconds, stats = run_turn(engine, spec, list(messages), max_new_tokens, temperature, seed)
+                if spec.label == "ar":
+                    ar_answers.append(ids)
+                equal = ids == ar_answers[turn_index] if temperature == 0 else None
+                for key in (prompt.category, "overall"):
+                    tallies[spec.label][key].add(len(ids), seconds, equal, stats)
+                messages.append({"role": "assistant", "content": engine.detokenize(ids)})
+            bar.update(1)
+    bar.close()
+    results = {}
+    for spec in specs:
+        ar_rates = {k: t.new_tokens / t.decode_seconds for k, t in tallies["ar"].items()}
+        results[spec.label] = {key: tally.summary(ar_rates.get(key)) for key, tally in tallies[spec.label].items()}
+    return {"setup": setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts)), "methods": results}
+
+
+def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperature, seed):
+    if spec.name in HF_METHODS:
+        ids = engine.encode(prompt)
+        out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
+        return out["token_ids"], out["decode_seconds"], None
+    result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                        instrument=spec.instrument, **spec.options)
+    return result.token_ids, result.stats.decode_seconds, result.stats
+
+
+def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts) -> dict:
+    return {"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
+            "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "prompts": str(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
+            "temperature": temperature}
+
+
+def _fmt(value, pattern="{:.2f}"):
+    return "—" if value is None else pattern.format(value)
+
+
+def to_markdown(results: dict) -> str:
+    setup, methods = results["setup"], results["methods"]
+    lines = [f"# specviz bench — {setup['model']} ({setup['dtype']}, {setup['device']}, {setup['threads']} threads)",
+             "", f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
+             f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
+             "bonus/correction token; α = accepted ÷ drafted.", "",
+             "## Overall", "", "| method | tokens/s | speedup | τ | α | output = ar |", "|---|---|---|---|---|---|"]
+    for label, by_category in methods.items():
+        o = by_category["overall"]
+        lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['tau'])} | "
+                     f"{_fmt(o['alpha'])} | {_fmt(o['equals_ar'], '{:.0%}')} |")
+    categories = [c for c in next(iter(methods.values())) if c != "overall"]
+    lines += ["", "## Per category: speedup (τ, α)", "",
+              "| method | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]
+    for label, by_category in methods.items():
+        cells = [f"{_fmt(by_category[c]['speedup'])}× ({_fmt(by_category[c]['tau'])}, {_fmt(by_category[c]['alpha'])})"
+                 for c in categories]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(results: dict, out_dir) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "results.json", out / "results.md"
+    json_path.write_text(json.dumps(results, indent=2))
+    md_path.write_text(to_markdown(results))
+    return json_path, md_path

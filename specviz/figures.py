@@ -1,0 +1,69 @@
+"""Plotly figures built from engine traces (lists of events) and measured sweeps."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import plotly.graph_objects as go
+
+from engines.trace import Commit, Event
+
+from .theory import expected_speedup
+from .tokens import FATE_COLOURS, FATE_LABELS, fated_pieces
+
+
+def token_stream_figure(events: Sequence[Event], max_tokens: int = 400) -> go.Figure:
+    """Each committed token as a cell, coloured by fate, one row per verification round."""
+    pieces = fated_pieces(events)[:max_tokens]
+    fig = go.Figure()
+    for fate, colour in FATE_COLOURS.items():
+        xs, ys, texts = [], [], []
+        column: dict[int, int] = {}
+        for piece, f, round_ in pieces:
+            x = column.get(round_, 0)
+            column[round_] = x + 1
+            if f == fate:
+                xs.append(x)
+                ys.append(round_)
+                texts.append(piece.replace("\n", "↵"))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, textposition="middle right",
+                                 marker=dict(symbol="square", size=12, color=colour),
+                                 name=FATE_LABELS[fate], hovertext=texts))
+    fig.update_layout(title="Committed tokens per round, coloured by fate", xaxis_title="token within round",
+                      yaxis_title="round (0 = prefill)", yaxis_autorange="reversed", height=500,
+                      xaxis=dict(range=[-0.5, 14]))
+    return fig
+
+
+def accepted_lengths(events: Iterable[Event]) -> list[int]:
+    """Tokens committed per verification round (τ samples): accepted drafts + 1."""
+    return [len(e.tokens) for e in events if isinstance(e, Commit) and e.round > 0]
+
+
+def accepted_length_histogram(runs: dict[str, Sequence[Event]]) -> go.Figure:
+    """Distribution of tokens per round for one or more runs (name → events)."""
+    fig = go.Figure()
+    for name, events in runs.items():
+        lengths = accepted_lengths(events)
+        mean = sum(lengths) / len(lengths) if lengths else float("nan")
+        fig.add_trace(go.Histogram(x=lengths, name=f"{name} (τ = {mean:.2f})", histnorm="probability",
+                                   xbins=dict(start=0.5, end=max(lengths or [1]) + 0.5, size=1)))
+    fig.update_layout(title="Tokens committed per target call", xaxis_title="accepted drafts + 1",
+                      yaxis_title="fraction of rounds", barmode="group", bargap=0.1)
+    return fig
+
+
+def speedup_vs_gamma(points: Sequence[dict], alpha: float, cost_ratio: float, max_gamma: int | None = None,
+                     title: str = "Speedup vs γ: measured and Leviathan et al.'s model") -> go.Figure:
+    """``points``: measured ``{"gamma", "speedup"}``; the curve is the model at the measured α and c."""
+    gammas = [p["gamma"] for p in points]
+    top = max_gamma or max(gammas + [8])
+    grid = list(range(1, top + 1))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
+                             name=f"theory (α = {alpha:.2f}, c = {cost_ratio:.2f})"))
+    fig.add_trace(go.Scatter(x=gammas, y=[p["speedup"] for p in points], mode="markers+lines",
+                             marker=dict(size=10), name="measured"))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
+    fig.update_layout(title=title, xaxis_title="γ (draft tokens per round)", yaxis_title="speedup over AR")
+    return fig

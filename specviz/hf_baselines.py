@@ -1,0 +1,47 @@
+"""Hugging Face ``generate`` on the same model, timed like the engine's runs, for honest comparison.
+
+``hf_ar`` is plain greedy/sampled ``generate``; ``hf_pld`` is ``generate(prompt_lookup_num_tokens=…)``.
+Prefill is excluded from tokens/s as for the engine: a ``max_new_tokens=1`` call on the same input
+measures it, and its time is subtracted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engines import Engine
+
+HF_METHODS = {"hf_ar": {}, "hf_pld": {"prompt_lookup_num_tokens": 10}}
+
+
+def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_tokens: int,
+                temperature: float = 0.0, seed: int = 0) -> dict:
+    if method not in HF_METHODS:
+        raise ValueError(f"unknown Hugging Face baseline {method!r}; known: {', '.join(HF_METHODS)}")
+    eos = sorted(engine.eos_ids)
+    kwargs = dict(HF_METHODS[method], do_sample=temperature > 0, eos_token_id=eos or None,
+                  pad_token_id=eos[0] if eos else None)
+    if temperature > 0:
+        kwargs["temperature"] = temperature
+        kwargs["top_p"] = 1.0
+        kwargs["top_k"] = 0
+    inputs = torch.tensor([prompt_ids], device=engine.target.device)
+    attention = torch.ones_like(inputs)
+
+    def timed(n: int) -> tuple[float, torch.Tensor]:
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = engine.model.generate(inputs, attention_mask=attention, max_new_tokens=n, min_new_tokens=0, **kwargs)
+        return time.perf_counter() - start, out
+
+    prefill_seconds, _ = timed(1)
+    seconds, out = timed(max_new_tokens)
+    new_ids = out[0, len(prompt_ids):].tolist()
+    if eos and eos[0] in new_ids and eos[0] not in engine.eos_ids:
+        new_ids = new_ids[: new_ids.index(eos[0]) + 1]
+    decode = max(seconds - prefill_seconds, 1e-9)
+    return {"token_ids": new_ids, "text": engine.detokenize(new_ids), "new_tokens": len(new_ids),
+            "decode_seconds": decode, "prefill_seconds": prefill_seconds}

@@ -1,0 +1,36 @@
+"""Measured sweeps for theory-vs-measurement plots: run a method at several γ on the real engine."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from engines import Engine
+from engines.trace import StageSpan
+
+
+def draft_seconds(events) -> float:
+    return sum(e.end - e.start for e in events if isinstance(e, StageSpan) and e.stage == "draft")
+
+
+def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sps", max_new_tokens: int = 64,
+                progress: Callable[[int, int], None] | None = None, **options) -> dict:
+    """Speedup of ``method`` at each γ over an AR run of the same prompt, plus the pooled α and cost ratio c."""
+    if not gammas:
+        raise ValueError("gammas must list at least one γ")
+    ar = engine.run(prompt, "ar", max_new_tokens=max_new_tokens)
+    ar_step = ar.stats.decode_seconds / max(ar.stats.new_tokens, 1)
+    points, accepted, reached, drafted, seconds = [], 0, 0, 0, 0.0
+    for i, gamma in enumerate(gammas):
+        run = engine.run(prompt, method, max_new_tokens=max_new_tokens, gamma=gamma, **options)
+        s = run.stats
+        points.append({"gamma": gamma, "speedup": s.tokens_per_s / ar.stats.tokens_per_s, "tau": s.mean_accepted_length,
+                       "alpha": s.acceptance_rate, "tokens_per_s": s.tokens_per_s, "events": run.events})
+        accepted += s.accepted
+        reached += s.positions_tested
+        drafted += s.drafted
+        seconds += draft_seconds(run.events)
+        if progress:
+            progress(i + 1, len(gammas))
+    alpha = accepted / reached if reached else 0.0
+    cost_ratio = (seconds / drafted) / ar_step if drafted else 0.0
+    return {"ar_tokens_per_s": ar.stats.tokens_per_s, "alpha": alpha, "cost_ratio": cost_ratio, "points": points}
