@@ -1,0 +1,87 @@
+"""The console script end to end on the real model: generate (text and --json), bench, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+from specviz.bench import parse_method, split_methods, to_markdown
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def specviz(*args):
+    return subprocess.run([sys.executable, "-m", "specviz.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=600)
+
+
+def test_generate_json(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    done = specviz("generate", "--method", "sps", "--gamma", "3", "--draft-layers", "4", "--prompt", "Say hi.",
+                   "--max-new-tokens", "12", "--dtype", "float32", "--json", "--trace", str(trace))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["method"] == "sps" and out["config"] == {"gamma": 3, "draft": "self", "draft_layers": 4}
+    assert 0 < out["stats"]["new_tokens"] == len(out["token_ids"]) <= 12
+    assert set(out["stats"]) == {"tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls",
+                                 "new_tokens"}
+    assert out["text"]
+    kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and "draft_tree" in kinds
+
+
+def test_generate_streams_coloured_text_and_stats():
+    done = specviz("generate", "--method", "pld", "--prompt", "Repeat: one two three, one two three.",
+                   "--max-new-tokens", "16")
+    assert done.returncode == 0, done.stderr
+    assert "tok/s" in done.stdout and "τ =" in done.stdout and "\033[" in done.stdout
+
+
+def test_generate_errors_are_clear():
+    done = specviz("generate", "--method", "medusa", "--prompt", "x")
+    assert done.returncode == 2 and "known methods: ar, sps, pld, eesd" in done.stderr
+    done = specviz("generate", "--method", "eesd", "--exit-layer", "40", "--prompt", "x")
+    assert done.returncode == 2 and "exit_layer must be in [1, 29]" in done.stderr
+
+
+def test_bench_writes_results(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"question_id": 1, "category": "qa", "turns": ["What is the capital of France?"]}) + "\n"
+        + json.dumps({"question_id": 2, "category": "multi_turn", "turns": ["Name a fruit.", "And a colour?"]}) + "\n")
+    done = specviz("bench", "--prompts", str(prompts), "--methods", "hf_ar,pld,sps(gamma=2,draft_layers=2),hf_pld",
+                   "--max-new-tokens", "8", "--dtype", "float32", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    methods = results["methods"]
+    assert list(methods) == ["ar", "hf_ar", "pld", "sps(gamma=2,draft_layers=2)", "hf_pld"]
+    for label, by_category in methods.items():
+        assert set(by_category) == {"qa", "multi_turn", "overall"}
+        assert by_category["overall"]["turns"] == 3 and by_category["overall"]["tokens_per_s"] > 0
+    assert methods["ar"]["overall"]["speedup"] == 1.0 and methods["ar"]["overall"]["tau"] == 1.0
+    assert methods["pld"]["overall"]["equals_ar"] == 1.0  # fp32 greedy: lossless
+    assert methods["hf_ar"]["overall"]["equals_ar"] == 1.0  # the same model, decoded by transformers
+    assert "| sps(gamma=2,draft_layers=2) |" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_method_specs():
+    assert split_methods("ar,sps(gamma=3,draft_layers=4),pld") == ["ar", "sps(gamma=3,draft_layers=4)", "pld"]
+    spec = parse_method("sps(gamma=3,instrument=false)")
+    assert (spec.name, spec.options, spec.instrument) == ("sps", {"gamma": 3}, False)
+    for bad, message in [("sps(gama=3)", "unknown option"), ("hf_ar(gamma=2)", "takes no options"),
+                         ("foo", "unknown method"), ("sps(3)", "option=value")]:
+        try:
+            parse_method(bad)
+        except ValueError as error:
+            assert message in str(error)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_markdown_table_shape():
+    summary = {"tokens_per_s": 10.0, "speedup": 1.0, "tau": 1.0, "alpha": None, "equals_ar": 1.0}
+    results = {"setup": {"model": "m", "dtype": "float32", "device": "cpu", "threads": 2, "n_prompts": 1,
+                         "prompts": "p", "max_new_tokens": 8, "temperature": 0.0},
+               "methods": {"ar": {"qa": summary, "overall": summary}}}
+    text = to_markdown(results)
+    assert "| ar | 10.0 | 1.00× | 1.00 | — | 100% |" in text

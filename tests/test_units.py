@@ -1,0 +1,59 @@
+"""Unit tests of the small pieces: verification rules, prompt lookup, sampling warpers, theory."""
+
+import pytest
+import torch
+
+from engines.drafters import lookup
+from engines.sampling import Sampler
+from engines.verify import greedy_chain, residual_distribution, sample_chain
+from specviz.theory import expected_speedup, expected_tokens_per_round, optimal_gamma
+
+
+def one_hot_logits(tokens, vocab=6):
+    logits = torch.full((len(tokens), vocab), -10.0)
+    logits[torch.arange(len(tokens)), torch.tensor(tokens)] = 10.0
+    return logits
+
+
+def test_greedy_chain_accepts_matching_prefix_then_corrects():
+    verdict = greedy_chain([1, 2, 3], one_hot_logits([1, 2, 4, 5]))
+    assert (verdict.n_accepted, verdict.next_token, verdict.next_fate) == (2, 4, "correction")
+    verdict = greedy_chain([1, 2], one_hot_logits([1, 2, 5]))
+    assert (verdict.n_accepted, verdict.next_token, verdict.next_fate) == (2, 5, "bonus")
+    assert greedy_chain([], one_hot_logits([3])).next_token == 3
+
+
+def test_residual_distribution():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2])
+    assert torch.allclose(residual_distribution(p, q), torch.tensor([1.0, 0.0, 0.0]))
+    assert torch.equal(residual_distribution(p, p), p)  # nothing left: fall back to p
+
+
+def test_sample_chain_point_mass_rejected_when_target_gives_zero():
+    p = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
+    verdict = sample_chain([0], None, p, Sampler(1.0, seed=0))
+    assert (verdict.n_accepted, verdict.next_token) == (0, 1)
+
+
+def test_sampler_top_p_keeps_smallest_nucleus():
+    sampler = Sampler(temperature=1.0, top_p=0.6)
+    probs = sampler.probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])))
+    assert torch.allclose(probs, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    assert Sampler(0.0).next_token(torch.tensor([0.1, 3.0, 0.2])) == 1
+
+
+def test_prompt_lookup_prefers_longest_latest_match():
+    ids = [1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    assert lookup(ids, max_ngram=3, min_ngram=1, gamma=2) == ([7, 8], 4)
+    assert lookup([1, 2, 3], 3, 1, 4) == ([], -1)
+
+
+def test_leviathan_formulas():
+    assert expected_tokens_per_round(0.0, 5) == 1.0
+    assert expected_tokens_per_round(1.0, 5) == 6.0
+    assert expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
+    assert expected_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert expected_speedup(0.8, 4, 0.25) == pytest.approx((1 - 0.8 ** 5) / 0.2 / 2)
+    assert optimal_gamma(0.9, 0.05) > optimal_gamma(0.5, 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        expected_tokens_per_round(1.5, 3)
