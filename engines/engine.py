@@ -12,6 +12,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .decoding import DecodeContext
+from .drafters.trained import load_trained
 from .layers import LayerStack
 from .methods import get_method
 from .model import DEFAULT_MODEL, LoadedModel, load_model
@@ -38,6 +39,7 @@ class Engine:
         self.target = LayerStack(model)
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
+        self._trained: dict[str, torch.nn.Module] = {}
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> "Engine":
@@ -101,6 +103,12 @@ class Engine:
             self.add_draft(name, loaded.model, loaded.tokenizer)
         return self._drafts[name]
 
+    def trained_drafter(self, name: str) -> torch.nn.Module:
+        """A drafter shipped in ``data/drafts`` (see :mod:`engines.drafters.trained`), loaded once."""
+        if name not in self._trained:
+            self._trained[name], _ = load_trained(name, self.target)
+        return self._trained[name]
+
     # --- running ---------------------------------------------------------------------------------
     def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = 0, instrument: bool = True,
@@ -121,8 +129,7 @@ class Engine:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"the model's context window of {self.context_window} tokens")
         instance = method_cls(config, self)
-        if method == "sps" and config.draft != "self":
-            self.draft_stack(config.draft)  # load and check the draft before the stream starts
+        instance.prepare()
         trace = trace or Trace(detailed=instrument)
         ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
                             self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")

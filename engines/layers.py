@@ -44,6 +44,10 @@ def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -
 class LayerStack:
     """A Hugging Face decoder-only model seen as a stack of layers the engine can run piecewise."""
 
+    @staticmethod
+    def causal_mask(prefix_len: int, n: int, dtype: torch.dtype, device) -> torch.Tensor:
+        return tree_mask(prefix_len, chain_parents(n), dtype, device)
+
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.config = model.config
@@ -57,8 +61,9 @@ class LayerStack:
         return KVCache.for_model(self.config, capacity, self.dtype, self.device, layers)
 
     def embed(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
-        ids = torch.as_tensor(ids, device=self.device).view(1, -1)
-        return self.backbone.embed_tokens(ids)
+        """``[n]`` ids → ``[1, n, d]``; a ``[B, T]`` batch keeps its shape."""
+        ids = torch.as_tensor(ids, device=self.device)
+        return self.backbone.embed_tokens(ids if ids.dim() == 2 else ids.view(1, -1))
 
     def run(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache,
             parents: list[int] | None = None) -> torch.Tensor:
@@ -82,6 +87,19 @@ class LayerStack:
             hidden = layer(hidden, attention_mask=mask, position_ids=positions,
                            past_key_values=cache, position_embeddings=rotary)
             if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
+                hidden = hidden[0]
+        return hidden
+
+    def run_causal(self, hidden: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Layers [start, stop) on a batch ``[B, T, d]`` of whole sequences, no cache (training passes).
+
+        Right padding needs no mask: under causal attention real tokens never see the pads after them.
+        """
+        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+        rotary = self.backbone.rotary_emb(hidden, positions)
+        for layer in self.layers[start:stop]:
+            hidden = layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=rotary)
+            if isinstance(hidden, tuple):
                 hidden = hidden[0]
         return hidden
 

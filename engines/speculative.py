@@ -3,6 +3,8 @@
 Invariant: the target cache holds every committed token but the last one. Each round the last
 committed token and the γ draft tokens go through the target in one forward (γ+1 positions), the
 verdict keeps the accepted prefix plus one target token, and the cache is cropped to match.
+Drafters that learn from the target's hidden states (trained exit heads, EAGLE) name the layers they
+need in ``observe_layers`` and are shown those states for every committed position.
 """
 
 from __future__ import annotations
@@ -11,20 +13,24 @@ from typing import Iterator
 
 import torch
 
-from .decoding import DecodeContext, Transcript, prefill
+from .decoding import DecodeContext, Transcript
 from .drafters.base import Draft, Drafter
-from .trace import DraftTree, Event, Verification
+from .trace import DraftTree, Event, Prefill, Verification
 from .verify import Verdict, verify_chain
 
 
 def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iterator[Event]:
     target, trace = ctx.target, ctx.trace
+    observe = tuple(getattr(drafter, "observe_layers", ()))
     cache = target.new_cache(ctx.capacity)
-    logits, prefill_event = prefill(ctx, cache)
-    yield prefill_event
+    start = trace.now()
+    logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
+    yield Prefill(t=trace.now(), n_tokens=len(ctx.prompt_ids), seconds=trace.now() - start)
     out = Transcript(ctx)
-    yield out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
+    yield out.commit(0, [ctx.sampler.next_token(logits[-1])], ["target"])
     drafter.start(ctx, cache)
+    if observe:
+        drafter.observe(seen, len(ctx.prompt_ids))
     round_ = 0
     while not out.done:
         round_ += 1
@@ -34,9 +40,11 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=chain_nodes(draft))
         started = trace.now()
-        logits = verify_forward(ctx, cache, out.ids[-1], draft)
+        logits, seen = target_forward(ctx, cache, [out.ids[-1]] + draft.tokens, observe, draft)
         verdict = verify_chain(draft.tokens, draft.probs, logits, ctx.sampler)
         cache.crop(len(out.ids) + verdict.n_accepted)
+        if observe:
+            drafter.observe(seen, verdict.n_accepted + 1)
         if trace.detailed:
             yield ctx.span("verify", round_, started)
             yield verification_event(trace.now(), round_, len(draft.tokens), verdict)
@@ -45,16 +53,27 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
                          drafted=len(draft.tokens), accepted=verdict.n_accepted)
 
 
-def verify_forward(ctx: DecodeContext, cache, last_token: int, draft: Draft) -> torch.Tensor:
-    """Target logits after ``last_token`` and after each draft token: ``[γ+1, V]``."""
+def target_forward(ctx: DecodeContext, cache, tokens: list[int], observe: tuple = (),
+                   draft: Draft | None = None) -> tuple[torch.Tensor, dict]:
+    """Target logits for ``tokens`` ``[n, V]``, plus the hidden states after each layer in ``observe``.
+
+    An early-exit draft has already run layers [0, ℓ) on all but the last draft token (sharing this
+    cache), so only that token goes through them before the deep layers run on everything.
+    """
     target = ctx.target
-    tokens = [last_token] + draft.tokens
-    if draft.hidden is None:
-        return target.forward(tokens, cache)
-    ell = draft.exit_layer  # the drafter already ran layers [0, ℓ) on all but the last draft token
-    last = target.run(target.embed(tokens[-1:]), 0, ell, cache)
-    hidden = target.run(torch.cat([draft.hidden, last], dim=1), ell, target.n_layers, cache)
-    return target.logits(hidden)
+    reuse = draft is not None and draft.hidden is not None
+    stops = sorted(set(observe) | {target.n_layers} | ({draft.exit_layer} if reuse else set()))
+    hidden, layer, seen = target.embed(tokens), 0, {}
+    for stop in stops:
+        if reuse and stop == draft.exit_layer:
+            last = target.run(hidden[:, -1:], layer, stop, cache)
+            hidden = torch.cat([draft.hidden, last], dim=1)
+        else:
+            hidden = target.run(hidden, layer, stop, cache)
+        layer = stop
+        if stop in observe:
+            seen[stop] = hidden
+    return target.logits(hidden), seen
 
 
 def chain_nodes(draft: Draft) -> list[dict]:

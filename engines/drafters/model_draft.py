@@ -14,13 +14,18 @@ from ..kv_cache import KVCache
 from ..layers import LayerStack
 from ..sampling import Sampler
 from .base import Draft, finish_draft, sample_draft_token
+from .heads import SharedHead
 
 
 class ModelDrafter:
-    def __init__(self, stack: LayerStack, n_layers: int | None = None, name: str = "draft"):
+    """``head`` optionally restricts the LM head to a draft vocabulary (see :mod:`engines.drafters.heads`)."""
+
+    def __init__(self, stack: LayerStack, n_layers: int | None = None, name: str = "draft",
+                 head: SharedHead | None = None):
         self.stack = stack
         self.n_layers = n_layers or stack.n_layers
         self.name = name
+        self.head = head
         self.cache: KVCache | None = None
         self.cached_ids: list[int] = []
 
@@ -31,6 +36,8 @@ class ModelDrafter:
     def _logits(self, ids: list[int]) -> torch.Tensor:
         hidden = self.stack.run(self.stack.embed(ids), 0, self.n_layers, self.cache)
         self.cached_ids.extend(ids)
+        if self.head is not None:
+            return self.head.to_full(self.head(self.stack.backbone.norm(hidden[:, -1:]))[0, -1])
         return self.stack.logits(hidden[:, -1:])[-1]
 
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:

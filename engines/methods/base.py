@@ -42,5 +42,8 @@ class Method:
         self.config = config
         self.engine = engine
 
+    def prepare(self) -> None:
+        """Load what the method needs (drafts, heads) before the stream starts, so errors come early."""
+
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         raise NotImplementedError

@@ -1,8 +1,9 @@
 """Early-exit self-speculation (EESD / Kangaroo-style): draft from layer ℓ, verify with the rest.
 
-The draft is the target's first ``exit_layer`` layers followed by the model's own final norm and LM
-head (trained exit heads come with the drafters issue). Draft and target share one KV cache, so a
-verified round costs the deep layers only.
+The draft is the target's first ``exit_layer`` layers followed by an exit head: ``head="none"`` is the
+model's own final norm + LM head (untrained), ``"norm"`` and ``"layer"`` are the trained heads of
+``data/drafts/exit@ℓ-norm`` / ``exit@ℓ-layer`` (PPSD compares the two). Draft and target share one
+KV cache, so a verified round costs the deep layers only.
 """
 
 from __future__ import annotations
@@ -12,19 +13,25 @@ from typing import Iterator
 
 from ..decoding import DecodeContext
 from ..drafters import EarlyExitDrafter
+from ..drafters.trained import exit_head_name
 from ..speculative import speculative_decode
 from ..trace import Event
 from .base import Method, MethodConfig, require_int
+
+HEADS = ("none", "norm", "layer")
 
 
 @dataclass
 class EesdConfig(MethodConfig):
     gamma: int = 5
     exit_layer: int = 15
+    head: str = "none"
 
     def validate(self, n_layers: int) -> None:
         require_int("gamma", self.gamma, 1, 64)
         require_int("exit_layer", self.exit_layer, 1, n_layers - 1)
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
 
 
 class EarlyExitSelfSpeculation(Method):
@@ -32,6 +39,14 @@ class EarlyExitSelfSpeculation(Method):
     Config = EesdConfig
     description = "early-exit self-speculation: the target's first ℓ layers draft"
 
+    def prepare(self) -> None:
+        if self.config.head != "none":
+            self.engine.trained_drafter(exit_head_name(self.config.exit_layer, self.config.head))
+
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
-        drafter = EarlyExitDrafter(ctx.target, self.config.exit_layer)
+        head = None
+        if self.config.head != "none":
+            head = self.engine.trained_drafter(exit_head_name(self.config.exit_layer, self.config.head))
+        name = f"exit@{self.config.exit_layer}" + ("" if head is None else f"-{self.config.head}")
+        drafter = EarlyExitDrafter(ctx.target, self.config.exit_layer, head, name)
         yield from speculative_decode(ctx, drafter, self.config.gamma)

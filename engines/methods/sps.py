@@ -1,8 +1,11 @@
 """Vanilla speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
 
-The draft is either ``self`` — the target's first ``draft_layers`` layers with its final norm and
-head, run as a separate model with its own cache — or any Hugging Face causal LM (hub id already in
-the local cache, or a local path) that uses exactly the target's tokenizer.
+The draft is ``self`` — the target's first ``draft_layers`` layers with its final norm and head, run
+as a separate model with its own cache — a trained drafter from ``data/drafts`` (``tiny``, or the
+feature-level ``eagle`` head drafting a chain), or any Hugging Face causal LM (local path, or a hub
+id already in the local cache) that uses exactly the target's tokenizer. Trained drafters propose
+from their draft vocabulary; ``full_vocab=True`` gives ``tiny`` the whole 49k-token head instead
+(as Hugging Face's assisted generation runs it).
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..decoding import DecodeContext
-from ..drafters import ModelDrafter
+from ..drafters import EagleDrafter, ModelDrafter
+from ..drafters.heads import SharedHead
+from ..layers import LayerStack
 from ..speculative import speculative_decode
 from ..trace import Event
 from .base import Method, MethodConfig, require_int
+
+TRAINED_DRAFTS = ("tiny", "eagle")
 
 
 @dataclass
@@ -22,13 +29,16 @@ class SpsConfig(MethodConfig):
     gamma: int = 5
     draft: str = "self"
     draft_layers: int = 4
+    full_vocab: bool = False
 
     def validate(self, n_layers: int) -> None:
         require_int("gamma", self.gamma, 1, 64)
         if not isinstance(self.draft, str) or not self.draft:
-            raise ValueError(f"draft must be 'self' or a model id/path, got {self.draft!r}")
+            raise ValueError(f"draft must be 'self', one of {TRAINED_DRAFTS} or a model path, got {self.draft!r}")
         if self.draft == "self":
             require_int("draft_layers", self.draft_layers, 1, n_layers - 1)
+        if not isinstance(self.full_vocab, bool):
+            raise ValueError(f"full_vocab must be true or false, got {self.full_vocab!r}")
 
 
 class SpeculativeSampling(Method):
@@ -36,9 +46,23 @@ class SpeculativeSampling(Method):
     Config = SpsConfig
     description = "vanilla speculative sampling with a draft model"
 
+    def prepare(self) -> None:
+        if self.config.draft in TRAINED_DRAFTS:
+            self.engine.trained_drafter(self.config.draft)
+        elif self.config.draft != "self":
+            self.engine.draft_stack(self.config.draft)
+
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
-        if self.config.draft == "self":
+        draft = self.config.draft
+        if draft == "self":
             drafter = ModelDrafter(ctx.target, self.config.draft_layers, f"self[:{self.config.draft_layers}]")
+        elif draft == "eagle":
+            drafter = EagleDrafter(self.engine.trained_drafter("eagle"))
+        elif draft == "tiny":
+            model = self.engine.trained_drafter("tiny")
+            stack = LayerStack(model)
+            head = None if self.config.full_vocab else SharedHead(stack, model.draft_vocab)
+            drafter = ModelDrafter(stack, name="tiny", head=head)
         else:
-            drafter = ModelDrafter(self.engine.draft_stack(self.config.draft), name=self.config.draft)
+            drafter = ModelDrafter(self.engine.draft_stack(draft), name=draft)
         yield from speculative_decode(ctx, drafter, self.config.gamma)

@@ -1,0 +1,60 @@
+"""EAGLE-style feature-level drafting (chain form; EAGLE-2 trees build on the same head).
+
+The head reads pairs (embedding of token t+1, target feature f_t) and predicts f_{t+1}; the target's
+own LM head turns a feature into a token. Target features exist only for verified positions, so the
+head's KV cache is rebuilt from them each round (``observe``); within a round the head feeds on its
+own predicted features, as EAGLE does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..decoding import DecodeContext
+from ..kv_cache import KVCache
+from ..sampling import Sampler
+from .base import Draft, finish_draft, sample_draft_token
+from .heads import EagleHead
+
+
+class EagleDrafter:
+    def __init__(self, head: EagleHead, name: str = "eagle"):
+        self.head = head
+        self.target = head.stack
+        self.name = name
+        self.observe_layers = (self.target.n_layers,)
+        self.cache: KVCache | None = None
+        self.features: list[torch.Tensor] = []  # verified target features f_t not yet paired and fed
+        self.synced = 0  # pairs (y_{t+1}, f_t) in the head's cache
+
+    def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
+        self.cache = self.head.new_cache(ctx.capacity)
+        self.features, self.synced = [], 0
+
+    def observe(self, seen: dict, n_valid: int) -> None:
+        normed = self.target.backbone.norm(seen[self.target.n_layers][:, :n_valid])
+        self.features.append(normed.to(next(self.head.parameters()).dtype))
+
+    def _step(self, tokens: list[int], features: torch.Tensor) -> torch.Tensor:
+        embeddings = self.target.embed(tokens).to(features.dtype)
+        return self.head.features(embeddings, features, self.cache)
+
+    def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
+        if gamma == 0:
+            return Draft([])
+        self.cache.crop(self.synced)
+        features = torch.cat(self.features, dim=1)  # f_t for t = synced .. len(committed) - 2
+        n = features.shape[1]
+        predicted = self._step(committed[self.synced + 1: self.synced + 1 + n], features)[:, -1:]
+        self.synced += n
+        self.features = []
+        tokens, qs, rows = [], [], []
+        for step in range(gamma):
+            logits = self.head.head.to_full(self.head(predicted)[0, -1])
+            token, q = sample_draft_token(logits, sampler)
+            tokens.append(token)
+            qs.append(q)
+            rows.append(logits)
+            if step + 1 < gamma:
+                predicted = self._step([token], predicted)
+        return finish_draft(tokens, qs, rows)

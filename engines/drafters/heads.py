@@ -1,0 +1,145 @@
+"""Small trained modules that turn the target's own hidden states into draft tokens.
+
+All heads end in the target's (tied, frozen) output embedding restricted to a *draft vocabulary*:
+the few thousand tokens the target actually produces most. On SmolLM2 the 49k-token head costs a
+fifth of a whole forward, so a full-vocabulary head would make every drafter expensive; restricting
+it cuts that ~6× and loses only the rare tokens, which a draft could seldom guess anyway. Logits are
+mapped back to the full vocabulary (−inf outside the draft vocabulary), so verification — and with
+it losslessness — is unchanged: q simply puts no mass on tokens the drafter cannot propose.
+
+- :class:`ExitNormHead` — early exit at layer ℓ: a residual linear map, RMSNorm, the shared head.
+- :class:`ExitLayerHead` — early exit at layer ℓ through one extra decoder layer (PPSD's "transformer head").
+- :class:`EagleHead` — EAGLE: fuse the next token's embedding with the target's last feature, one
+  decoder layer predicts the next feature, the shared head reads a token from it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..kv_cache import KVCache
+from ..layers import LayerStack
+
+
+class SharedHead(nn.Module):
+    """The target's output embedding, frozen, restricted to ``vocab_ids``; not part of the state dict."""
+
+    def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor):
+        super().__init__()
+        self.vocab_size = stack.config.vocab_size
+        self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
+        self._weight = [stack.model.lm_head.weight]  # a list hides it from parameters() and state_dict()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self._weight[0][self.vocab_ids].to(hidden.dtype)
+        return hidden @ weight.T
+
+    def to_full(self, logits: torch.Tensor) -> torch.Tensor:
+        full = torch.full((*logits.shape[:-1], self.vocab_size), float("-inf"), dtype=torch.float32,
+                          device=logits.device)
+        full[..., self.vocab_ids] = logits.float()
+        return full
+
+
+def _norm_like(stack: LayerStack) -> nn.Module:
+    norm = type(stack.backbone.norm)(stack.config.hidden_size, eps=stack.config.rms_norm_eps)
+    norm.load_state_dict(stack.backbone.norm.state_dict())
+    return norm
+
+
+def _layer_like(stack: LayerStack, source_layer: int) -> nn.Module:
+    """A fresh decoder layer (cache slot 0) initialised from one of the target's layers."""
+    layer = type(stack.layers[0])(stack.config, layer_idx=0)
+    layer.load_state_dict(stack.layers[source_layer].state_dict())
+    return layer
+
+
+class DraftHead(nn.Module):
+    """Common plumbing: the shared head, dtype/device, single-layer cache and rotary positions."""
+
+    kind = ""
+    has_cache = False
+
+    def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor):
+        super().__init__()
+        self.head = SharedHead(stack, vocab_ids)
+        self._stack = [stack]
+
+    @property
+    def stack(self) -> LayerStack:
+        return self._stack[0]
+
+    def new_cache(self, capacity: int) -> KVCache:
+        s = self.stack
+        head_dim = s.config.hidden_size // s.config.num_attention_heads
+        p = next(self.parameters())
+        return KVCache(1, s.config.num_key_value_heads, head_dim, capacity, p.dtype, p.device)
+
+    def _run_layer(self, layer: nn.Module, hidden: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """The head's decoder layer, with a cache (drafting) or over whole sequences (training)."""
+        if cache is None:
+            positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+            mask = None
+        else:
+            start = cache.length()
+            positions = torch.arange(start, start + hidden.shape[1], device=hidden.device)[None]
+            mask = None if hidden.shape[1] == 1 else LayerStack.causal_mask(
+                start, hidden.shape[1], hidden.dtype, hidden.device)
+        rotary = self.stack.backbone.rotary_emb(hidden, positions)
+        out = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    position_embeddings=rotary)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class ExitNormHead(DraftHead):
+    kind = "exit_norm"
+
+    def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor):
+        super().__init__(stack, vocab_ids)
+        d = stack.config.hidden_size
+        self.proj = nn.Linear(d, d, bias=False)
+        nn.init.zeros_(self.proj.weight)  # starts as the model's own norm + head (the untrained exit)
+        self.norm = _norm_like(stack)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits from layer-ℓ hidden states ``[..., d]``."""
+        return self.head(self.norm(hidden + self.proj(hidden)))
+
+
+class ExitLayerHead(DraftHead):
+    kind = "exit_layer"
+    has_cache = True
+
+    def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor, exit_layer: int):
+        super().__init__(stack, vocab_ids)
+        self.layer = _layer_like(stack, exit_layer)  # the layer that would have come next
+        self.norm = _norm_like(stack)
+
+    def forward(self, hidden: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        return self.head(self.norm(self._run_layer(self.layer, hidden, cache)))
+
+
+class EagleHead(DraftHead):
+    kind = "eagle"
+    has_cache = True
+
+    def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor):
+        super().__init__(stack, vocab_ids)
+        d = stack.config.hidden_size
+        self.fc = nn.Linear(2 * d, d, bias=True)
+        with torch.no_grad():  # start by passing the feature through unchanged
+            self.fc.weight.zero_()
+            self.fc.weight[:, d:] = torch.eye(d)
+            self.fc.bias.zero_()
+        self.layer = _layer_like(stack, stack.n_layers - 1)
+
+    def features(self, token_embeddings: torch.Tensor, features: torch.Tensor,
+                 cache: KVCache | None = None) -> torch.Tensor:
+        """Predicted next features from (embedding of token t+1, feature f_t) pairs ``[B, T, d]`` each."""
+        fused = self.fc(torch.cat([token_embeddings, features], dim=-1))
+        return self._run_layer(self.layer, fused, cache)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """Features are trained to match the target's *normed* last hidden state, which the head reads directly."""
+        return self.head(features)

@@ -1,0 +1,143 @@
+"""Trained drafters shipped in ``data/drafts/<name>/``: fp16 safetensors plus a model card (JSON).
+
+One loader serves every method: :func:`load_trained` reads the card, checks it against the target
+and against the weights (a card that disagrees with its weights — shapes, vocabulary — is refused),
+and builds the module in the target's dtype and device. Names:
+
+- ``tiny`` — an independent ``LlamaForCausalLM`` (the target's first layers, the top ones distilled),
+  usable by ``sps`` and by Hugging Face's ``generate(assistant_model=…)``;
+- ``exit@ℓ-norm`` / ``exit@ℓ-layer`` — early-exit heads for ``eesd``;
+- ``eagle`` — the EAGLE feature head (chain drafting in ``sps``; trees later).
+
+Frozen parts shared with the target (embeddings, LM head, copied lower layers) are not stored: they
+are taken from the target at load time, which keeps every file small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..layers import LayerStack
+from .heads import DraftHead, EagleHead, ExitLayerHead, ExitNormHead
+
+DRAFTS_DIR = Path(os.environ.get("SPECVIZ_DRAFTS") or Path(__file__).resolve().parents[2] / "data" / "drafts")
+KINDS = ("tiny", "exit_norm", "exit_layer", "eagle")
+
+
+def drafts_dir() -> Path:
+    return Path(os.environ.get("SPECVIZ_DRAFTS") or DRAFTS_DIR)
+
+
+def available() -> list[str]:
+    root = drafts_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "card.json").exists()) if root.exists() else []
+
+
+def exit_head_name(exit_layer: int, kind: str) -> str:
+    return f"exit@{exit_layer}-{kind}"
+
+
+def read_card(name: str) -> dict:
+    path = drafts_dir() / name / "card.json"
+    if not path.exists():
+        raise ValueError(f"no trained drafter {name!r} in {drafts_dir()}; available: {', '.join(available()) or 'none'}"
+                         " (train one with `specviz train`)")
+    return json.loads(path.read_text())
+
+
+def check_card_against_target(card: dict, stack: LayerStack) -> None:
+    config = stack.config
+    expected = {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+                "target_layers": stack.n_layers}
+    for key, value in expected.items():
+        if card.get(key) != value:
+            raise ValueError(f"drafter {card.get('name')!r} was trained for {key}={card.get(key)}, "
+                             f"but the target has {key}={value}")
+
+
+def build_module(card: dict, stack: LayerStack) -> torch.nn.Module:
+    """The untrained module the card describes, initialised from the target (trainers start here)."""
+    kind = card["kind"]
+    vocab_ids = torch.zeros(card["draft_vocab_size"], dtype=torch.long)
+    if kind == "exit_norm":
+        return ExitNormHead(stack, vocab_ids)
+    if kind == "exit_layer":
+        return ExitLayerHead(stack, vocab_ids, card["exit_layer"])
+    if kind == "eagle":
+        return EagleHead(stack, vocab_ids)
+    if kind == "tiny":
+        return tiny_model(stack, card["layers"])
+    raise ValueError(f"model card kind must be one of {KINDS}, got {kind!r}")
+
+
+def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:
+    """A standard LlamaForCausalLM made of the target's embeddings, first ``n_layers`` layers and norm."""
+    config = type(stack.config)(**{**stack.config.to_dict(), "num_hidden_layers": n_layers,
+                                   "tie_word_embeddings": True})
+    model = type(stack.model)(config)
+    state = {k: v for k, v in stack.model.state_dict().items()
+             if not k.startswith("model.layers.") or int(k.split(".")[2]) < n_layers}
+    model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    return model.to(stack.dtype).eval()
+
+
+def trained_state(module: torch.nn.Module, card: dict) -> dict:
+    """The trained tensors a drafter's file holds (the draft vocabulary is stored beside them)."""
+    if card["kind"] == "tiny":
+        keep = tuple(f"model.layers.{i}." for i in card["trained_layers"]) + ("model.norm.",)
+        return {k: v for k, v in module.state_dict().items() if k.startswith(keep)}
+    return dict(module.state_dict())
+
+
+def draft_vocab(module: torch.nn.Module) -> torch.Tensor:
+    return module.head.vocab_ids if isinstance(module, DraftHead) else module.draft_vocab
+
+
+def save_trained(name: str, module: torch.nn.Module, card: dict) -> Path:
+    folder = drafts_dir() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.half().contiguous() for k, v in trained_state(module, card).items()}
+    state["draft_vocab"] = draft_vocab(module).to(torch.int32).contiguous()
+    save_file(state, str(folder / "model.safetensors"))
+    (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return folder
+
+
+def load_trained(name: str, stack: LayerStack) -> tuple[torch.nn.Module, dict]:
+    """Module (target dtype/device, eval mode) and its card; refuses cards that disagree with weights."""
+    card = read_card(name)
+    check_card_against_target(card, stack)
+    module = build_module(card, stack)
+    weights = load_file(str(drafts_dir() / name / "model.safetensors"))
+    vocab = weights.pop("draft_vocab", None)
+    if vocab is None or vocab.numel() != card["draft_vocab_size"]:
+        raise ValueError(f"drafter {name!r}: the card says a draft vocabulary of {card['draft_vocab_size']} tokens, "
+                         f"the weights hold {None if vocab is None else vocab.numel()}")
+    if int(vocab.max()) >= card["vocab_size"]:
+        raise ValueError(f"drafter {name!r}: draft vocabulary ids exceed the vocabulary size {card['vocab_size']}")
+    expected = module.state_dict()
+    for key, tensor in weights.items():
+        if key not in expected or expected[key].shape != tensor.shape:
+            raise ValueError(f"drafter {name!r}: weight {key} {tuple(tensor.shape)} does not match the card's "
+                             f"architecture ({tuple(expected[key].shape) if key in expected else 'no such weight'})")
+    missing = set(trained_state(module, card)) - set(weights)
+    if missing:
+        raise ValueError(f"drafter {name!r}: weights missing for {sorted(missing)[:3]}")
+    module.load_state_dict(weights, strict=False)
+    set_vocab(module, vocab.long())
+    module.to(device=stack.device, dtype=stack.dtype).eval()
+    module.requires_grad_(False)
+    return module, card
+
+
+def set_vocab(module: torch.nn.Module, vocab_ids: torch.Tensor) -> None:
+    if isinstance(module, DraftHead):
+        module.head.vocab_ids = vocab_ids.to(module.head.vocab_ids.device)
+    else:
+        module.register_buffer("draft_vocab", vocab_ids, persistent=False)

@@ -1,0 +1,1 @@
+"""Self-distillation: the target answers a prompt set, and drafters learn from those answers."""

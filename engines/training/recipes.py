@@ -1,0 +1,90 @@
+"""One recipe per drafter family: build students from the target, fit them, save weights + model card."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..drafters.heads import EagleHead, ExitLayerHead, ExitNormHead
+from ..drafters.trained import exit_head_name, save_trained, tiny_model
+from ..layers import LayerStack
+from .data import draft_vocabulary, split_corpus, vocabulary_coverage
+from .train import EagleStudent, ExitStudent, FitResult, Student, TinyStudent, TrainConfig, file_sha256, fit
+
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
+DRAFT_VOCAB_SIZE = 8192
+LOSSES = {
+    "exit_norm": "KL(target ‖ head) on the draft vocabulary",
+    "exit_layer": "KL(target ‖ head) on the draft vocabulary",
+    "eagle": "SmoothL1(feature) + 0.1·KL(target ‖ head) on the draft vocabulary (EAGLE), noise 0.05·std on input features",
+    "tiny": "KL(target ‖ draft) on the draft vocabulary",
+}
+
+
+def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
+                   tiny_layers: int = 4, tiny_trained: int = 2) -> tuple[list[Student], dict]:
+    """Students for ``kind`` (exit | eagle | tiny) and the card fields each one adds."""
+    if kind == "exit":
+        students, extra = [], {}
+        for layer in exit_layers:
+            if not 1 <= layer < stack.n_layers:
+                raise ValueError(f"exit layer must be in [1, {stack.n_layers - 1}], got {layer}")
+            for head_kind in head_kinds:
+                if head_kind not in ("norm", "layer"):
+                    raise ValueError(f"head kind must be 'norm' or 'layer', got {head_kind!r}")
+                head = ExitNormHead(stack, vocab_ids) if head_kind == "norm" else ExitLayerHead(stack, vocab_ids, layer)
+                name = exit_head_name(layer, head_kind)
+                students.append(ExitStudent(name, head.float(), layer))
+                extra[name] = {"kind": f"exit_{head_kind}", "exit_layer": layer}
+        return students, extra
+    if kind == "eagle":
+        return [EagleStudent("eagle", EagleHead(stack, vocab_ids).float(), stack)], {"eagle": {"kind": "eagle"}}
+    if kind == "tiny":
+        if not 1 <= tiny_trained <= tiny_layers < stack.n_layers:
+            raise ValueError(f"tiny needs 1 <= trained ({tiny_trained}) <= layers ({tiny_layers}) < {stack.n_layers}")
+        trained = list(range(tiny_layers - tiny_trained, tiny_layers))
+        model = tiny_model(stack, tiny_layers).float()
+        model.register_buffer("draft_vocab", vocab_ids, persistent=False)
+        return [TinyStudent("tiny", model, trained, vocab_ids)], \
+            {"tiny": {"kind": "tiny", "layers": tiny_layers, "trained_layers": trained,
+                      "frozen_layers_from_target": list(range(tiny_layers - tiny_trained))}}
+    raise ValueError(f"drafter must be one of exit, eagle, tiny; got {kind!r}")
+
+
+def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path = DEFAULT_CORPUS,
+                   config: TrainConfig | None = None, command: str = "",
+                   progress: Callable[[int, int, dict], None] | None = None, draft_vocab_size: int = DRAFT_VOCAB_SIZE,
+                   **options) -> list[tuple[str, dict]]:
+    """Train, save and describe the drafters of ``kind``; returns (name, card) for each."""
+    config = config or TrainConfig()
+    corpus = Path(corpus)
+    train, heldout = split_corpus(corpus)
+    eos = tuple(t for r in train for t in r["answer_ids"][-1:])  # answers end in EOS unless cut short
+    vocab_ids = draft_vocabulary(train, draft_vocab_size, always=tuple(sorted(set(eos)))[:4])
+    students, extra = build_students(kind, stack, vocab_ids, **options)
+    result: FitResult = fit(stack, students, train, heldout, vocab_ids, config, progress)
+    saved = []
+    for student in students:
+        card = {
+            "name": student.name, **extra[student.name],
+            "target": target_name, "target_layers": stack.n_layers, "hidden_size": stack.config.hidden_size,
+            "vocab_size": stack.config.vocab_size, "draft_vocab_size": len(vocab_ids),
+            "draft_vocab_coverage": round(vocabulary_coverage(heldout, vocab_ids), 4),
+            "trained_parameters": sum(p.numel() for p in student.parameters()),
+            "data": {"corpus": str(corpus.name), "corpus_sha256": file_sha256(corpus), "train_records": len(train),
+                     "heldout_records": len(heldout), "modes": sorted({r["mode"] for r in train}),
+                     "train_positions_seen": result.train_tokens},
+            "training": {"loss": LOSSES[extra[student.name]["kind"]], "steps": result.steps, "epochs": config.epochs,
+                         "batch_tokens": config.batch_tokens, "lr": config.lr, "seed": config.seed,
+                         "seconds_all_students": round(result.seconds, 1), "loss_curve": result.curves[student.name],
+                         "date": time.strftime("%Y-%m-%d")},
+            "heldout_top1_agreement": round(result.heldout_agreement[student.name], 4),
+            "command": command,
+        }
+        student.module.eval()
+        save_trained(student.name, student.module, card)
+        saved.append((student.name, card))
+    return saved

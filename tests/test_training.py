@@ -1,0 +1,110 @@
+"""Each trainer's loop runs and its loss falls (tiny random target); saved drafters load and draft;
+model cards that disagree with their weights are refused."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engines import Engine
+from engines.drafters.trained import load_trained
+from engines.training.corpus import read_corpus
+from engines.training.recipes import train_drafters
+from engines.training.train import TrainConfig
+from tests.conftest import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny target that answers 60 random prompts greedily: a miniature distillation corpus."""
+    root = tmp_path_factory.mktemp("drafts")
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
+    corpus = root / "corpus.jsonl"
+    generator = torch.Generator().manual_seed(0)
+    with open(corpus, "w") as out:
+        for i in range(60):
+            prompt = torch.randint(0, 64, (6,), generator=generator).tolist()
+            answer = engine.run(prompt, "ar", max_new_tokens=24).token_ids
+            out.write(json.dumps({"id": f"q{i}", "category": "qa", "mode": "greedy", "turn": 0, "temperature": 0.0,
+                                  "seed": 0, "prompt_ids": prompt, "answer_ids": answer}) + "\n")
+    return engine, corpus, root
+
+
+def _train(setup, monkeypatch, kind, **options):
+    engine, corpus, root = setup
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(root))
+    config = TrainConfig(epochs=30, batch_tokens=256, lr=3e-3)
+    return train_drafters(kind, engine.target, "tiny-test", corpus, config, draft_vocab_size=48, **options)
+
+
+def _falls(card):
+    curve = [loss for _, loss in card["training"]["loss_curve"]]
+    first, last = sum(curve[:5]) / 5, sum(curve[-5:]) / 5
+    return last < 0.7 * first, (first, last)
+
+
+def test_exit_heads_train_and_draft(setup, monkeypatch):
+    saved = _train(setup, monkeypatch, "exit", exit_layers=(1, 2), head_kinds=("norm", "layer"))
+    assert [name for name, _ in saved] == ["exit@1-norm", "exit@1-layer", "exit@2-norm", "exit@2-layer"]
+    engine = setup[0]
+    reference = engine.run([5, 6, 7], "ar", max_new_tokens=20)
+    for name, card in saved:
+        ok, values = _falls(card)
+        assert ok, f"{name} loss did not fall: {values}"
+        assert card["draft_vocab_size"] <= 48 and card["trained_parameters"] > 0
+        head = card["kind"].removeprefix("exit_")
+        run = engine.run([5, 6, 7], "eesd", max_new_tokens=20, exit_layer=card["exit_layer"], head=head, gamma=3)
+        assert run.token_ids == reference.token_ids  # trained heads stay lossless
+        assert run.events[0].config["head"] == head
+
+
+def test_eagle_trains_and_drafts(setup, monkeypatch):
+    (name, card), = _train(setup, monkeypatch, "eagle")
+    ok, values = _falls(card)
+    assert ok, values
+    engine = setup[0]
+    reference = engine.run([9, 8, 7], "ar", max_new_tokens=20)
+    run = engine.run([9, 8, 7], "sps", max_new_tokens=20, draft="eagle", gamma=4)
+    assert run.token_ids == reference.token_ids
+    assert run.stats.acceptance_rate > 0.2  # the head learned something about this target
+
+
+def test_tiny_trains_and_drafts(setup, monkeypatch):
+    (name, card), = _train(setup, monkeypatch, "tiny", tiny_layers=2, tiny_trained=1)
+    ok, values = _falls(card)
+    assert ok, values
+    assert card["trained_layers"] == [1] and card["frozen_layers_from_target"] == [0]
+    engine = setup[0]
+    reference = engine.run([1, 2, 3], "ar", max_new_tokens=20)
+    for full_vocab in (False, True):
+        run = engine.run([1, 2, 3], "sps", max_new_tokens=20, draft="tiny", gamma=3, full_vocab=full_vocab)
+        assert run.token_ids == reference.token_ids
+
+
+def test_card_that_disagrees_with_weights_is_refused(setup, monkeypatch):
+    engine, _, root = setup
+    _train(setup, monkeypatch, "exit", exit_layers=(1,), head_kinds=("norm",))
+    folder = root / "exit@1-norm"
+    card = json.loads((folder / "card.json").read_text())
+    engine._trained.clear()
+
+    def refused(edit_card=None, edit_weights=None, match=""):
+        good_card, good_weights = (folder / "card.json").read_text(), load_file(str(folder / "model.safetensors"))
+        try:
+            if edit_card:
+                (folder / "card.json").write_text(json.dumps({**card, **edit_card}))
+            if edit_weights:
+                save_file(edit_weights(dict(good_weights)), str(folder / "model.safetensors"))
+            with pytest.raises(ValueError, match=match):
+                load_trained("exit@1-norm", engine.target)
+        finally:
+            (folder / "card.json").write_text(good_card)
+            save_file(good_weights, str(folder / "model.safetensors"))
+
+    refused(edit_card={"vocab_size": 49152}, match="vocab_size")
+    refused(edit_card={"hidden_size": 64}, match="hidden_size")
+    refused(edit_card={"draft_vocab_size": 7}, match="draft vocabulary")
+    refused(edit_weights=lambda w: {**w, "proj.weight": torch.zeros(3, 3, dtype=torch.float16)}, match="proj.weight")
+    refused(edit_weights=lambda w: {k: v for k, v in w.items() if k != "norm.weight"}, match="missing")
+    load_trained("exit@1-norm", engine.target)  # the untouched files still load
