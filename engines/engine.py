@@ -99,7 +99,11 @@ class Engine:
 
     def draft_stack(self, name: str) -> LayerStack:
         if name not in self._drafts:
-            loaded = load_model(name, self.dtype, self.device.split(":")[0])
+            try:
+                loaded = load_model(name, self.dtype, self.device.split(":")[0])
+            except OSError as error:  # transformers' message talks about hub repos we never reach
+                raise ValueError(f"draft {name!r} is neither a local model directory nor a model in the local "
+                                 f"Hugging Face cache (nothing is downloaded): {error}") from None
             self.add_draft(name, loaded.model, loaded.tokenizer)
         return self._drafts[name]
 

@@ -48,7 +48,8 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
         if trace.detailed:
             yield ctx.span("verify", round_, started)
             yield verification_event(trace.now(), round_, len(draft.tokens), verdict)
-        fates = ["accepted"] * verdict.n_accepted + [verdict.next_fate]
+        next_fate = verdict.next_fate if draft.tokens else "target"  # nothing drafted: a plain target step
+        fates = ["accepted"] * verdict.n_accepted + [next_fate]
         yield out.commit(round_, draft.tokens[: verdict.n_accepted] + [verdict.next_token], fates,
                          drafted=len(draft.tokens), accepted=verdict.n_accepted)
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import typing
+from pathlib import Path
 
 from engines import METHODS, Engine, get_method, write_jsonl
 from engines.model import DEFAULT_MODEL
@@ -24,6 +25,13 @@ def method_option_fields() -> dict[str, type]:
         for f in dataclasses.fields(method.Config):
             found.setdefault(f.name, hints[f.name])
     return found
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return lowered in ("true", "1", "yes")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     options = gen.add_argument_group("method options (only those of the chosen method apply)")
     for name, kind in method_option_fields().items():
-        options.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
+        options.add_argument("--" + name.replace("_", "-"), dest=name, type=parse_bool if kind is bool else kind,
+                             default=None)
 
     bench = commands.add_parser("bench", help="benchmark methods on a Spec-Bench style prompt file")
     bench.add_argument("--prompts", default=None, help="JSON lines (question_id, category, turns); "
@@ -59,6 +68,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(bench)
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--out", default="bench-out", help="directory for results.json and results.md")
+
+    distill = commands.add_parser("distill", help="have the target answer the training prompts (self-distillation corpus)")
+    distill.add_argument("--out", default=None, help="default data/distill/corpus.jsonl (appends; resumable)")
+    distill.add_argument("--per-category", type=int, default=100, help="training prompts per Spec-Bench group")
+    distill.add_argument("--modes", default="greedy,sample@0.8", help="greedy and/or sample@T with T in [0.7, 1.0]")
+    distill.add_argument("--max-new-tokens", type=int, default=160)
+    distill.add_argument("--batch-size", type=int, default=16)
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    distill.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+
+    train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
+    train.add_argument("drafter", choices=["exit", "eagle", "tiny"])
+    train.add_argument("--corpus", default=None, help="default data/distill/corpus.jsonl")
+    train.add_argument("--exit-layers", default="4,8,15", help="exit: comma-separated layers")
+    train.add_argument("--heads", default="norm,layer", help="exit: norm and/or layer")
+    train.add_argument("--tiny-layers", type=int, default=4, help="tiny: layers taken from the target")
+    train.add_argument("--tiny-trained", type=int, default=2, help="tiny: how many of the top layers are trained")
+    train.add_argument("--epochs", type=float, default=1.0)
+    train.add_argument("--batch-tokens", type=int, default=2048)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="the teacher's dtype")
+    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     return parser
 
 
@@ -103,12 +137,63 @@ def bench_command(args) -> int:
     return 0
 
 
+def distill_command(args) -> int:
+    from engines.training.corpus import build_corpus, parse_modes
+    from engines.training.recipes import DEFAULT_CORPUS
+
+    from .distill_prompts import build_prompts, check_no_overlap, write_prompts
+
+    modes = parse_modes(args.modes)
+    prompts = build_prompts(args.per_category, args.seed)
+    check_no_overlap(prompts)
+    out = Path(args.out) if args.out else DEFAULT_CORPUS
+    write_prompts(out.with_name("prompts.jsonl"), prompts)
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    build_corpus(engine, prompts, out, modes, args.max_new_tokens, args.batch_size, args.seed)
+    print(f"corpus: {out}")
+    return 0
+
+
+def train_command(args) -> int:
+    from tqdm.auto import tqdm
+
+    from engines.training.recipes import DEFAULT_CORPUS, train_drafters
+    from engines.training.train import TrainConfig
+
+    options = {}
+    if args.drafter == "exit":
+        options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),
+                   "head_kinds": tuple(args.heads.split(","))}
+    elif args.drafter == "tiny":
+        options = {"tiny_layers": args.tiny_layers, "tiny_trained": args.tiny_trained}
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps)
+    bar = tqdm(desc=f"train {args.drafter}", unit="step")
+
+    def progress(step, total, losses):
+        bar.total = total
+        bar.update(1)
+        bar.set_postfix({k: f"{v:.3f}" for k, v in losses.items()})
+
+    command = "specviz train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else f"specviz train {args.drafter}"
+    saved = train_drafters(args.drafter, engine.target, engine.name, args.corpus or DEFAULT_CORPUS, config,
+                           command, progress, **options)
+    bar.close()
+    for name, card in saved:
+        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']:.3f}, "
+              f"final loss {card['training']['loss_curve'][-1][1]:.3f}")
+    return 0
+
+
+COMMANDS = {"generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command}
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     try:
-        return generate_command(args) if args.command == "generate" else bench_command(args)
+        return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         print(f"specviz: error: {error}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 """Hugging Face ``generate`` on the same model, timed like the engine's runs, for honest comparison.
 
-``hf_ar`` is plain greedy/sampled ``generate``; ``hf_pld`` is ``generate(prompt_lookup_num_tokens=…)``.
+``hf_ar`` is plain greedy/sampled ``generate``; ``hf_pld`` is ``generate(prompt_lookup_num_tokens=10)``;
+``hf_assisted`` is ``generate(assistant_model=tiny)`` with the project's trained ``tiny`` draft and a
+constant 5 draft tokens per round — the same target, draft and γ as ``sps(draft=tiny,full_vocab=true)``.
 Prefill is excluded from tokens/s as for the engine: a ``max_new_tokens=1`` call on the same input
 measures it, and its time is subtracted.
 """
@@ -13,7 +15,17 @@ import torch
 
 from engines import Engine
 
-HF_METHODS = {"hf_ar": {}, "hf_pld": {"prompt_lookup_num_tokens": 10}}
+HF_METHODS = {"hf_ar": {}, "hf_pld": {"prompt_lookup_num_tokens": 10}, "hf_assisted": {}}
+ASSISTED_TOKENS = 5
+
+
+def _assistant(engine: Engine):
+    assistant = engine.trained_drafter("tiny")
+    config = assistant.generation_config
+    config.num_assistant_tokens = ASSISTED_TOKENS
+    config.num_assistant_tokens_schedule = "constant"  # no adaptive γ: compare like with like
+    config.assistant_confidence_threshold = 0.0
+    return assistant
 
 
 def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_tokens: int,
@@ -23,6 +35,8 @@ def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_toke
     eos = sorted(engine.eos_ids)
     kwargs = dict(HF_METHODS[method], do_sample=temperature > 0, eos_token_id=eos or None,
                   pad_token_id=eos[0] if eos else None)
+    if method == "hf_assisted":
+        kwargs["assistant_model"] = _assistant(engine)
     if temperature > 0:
         kwargs["temperature"] = temperature
         kwargs["top_p"] = 1.0

@@ -13,15 +13,18 @@ def draft_seconds(events) -> float:
 
 
 def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sps", max_new_tokens: int = 64,
-                progress: Callable[[int, int], None] | None = None, **options) -> dict:
-    """Speedup of ``method`` at each γ over an AR run of the same prompt, plus the pooled α and cost ratio c."""
+                progress: Callable[[int, int], None] | None = None, temperature: float = 0.0, top_p: float = 1.0,
+                seed: int | None = 0, **options) -> dict:
+    """Speedup of ``method`` at each γ over an AR run of the same prompt and sampling settings,
+    plus the pooled α and cost ratio c that Leviathan's model needs."""
     if not gammas:
         raise ValueError("gammas must list at least one γ")
-    ar = engine.run(prompt, "ar", max_new_tokens=max_new_tokens)
+    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    ar = engine.run(prompt, "ar", max_new_tokens=max_new_tokens, **sampling)
     ar_step = ar.stats.decode_seconds / max(ar.stats.new_tokens, 1)
     points, accepted, reached, drafted, seconds = [], 0, 0, 0, 0.0
     for i, gamma in enumerate(gammas):
-        run = engine.run(prompt, method, max_new_tokens=max_new_tokens, gamma=gamma, **options)
+        run = engine.run(prompt, method, max_new_tokens=max_new_tokens, gamma=gamma, **sampling, **options)
         s = run.stats
         points.append({"gamma": gamma, "speedup": s.tokens_per_s / ar.stats.tokens_per_s, "tau": s.mean_accepted_length,
                        "alpha": s.acceptance_rate, "tokens_per_s": s.tokens_per_s, "events": run.events})

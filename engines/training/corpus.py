@@ -89,10 +89,11 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
         for mode in modes:
             for turn in range(max_turns):  # a second turn needs the first turn's answer
                 todo = [p for p in prompts if turn < len(p["turns"]) and (p["question_id"], mode.key, turn) not in records]
+                encoded = {p["question_id"]: engine.encode(conversation(engine, p, turn, mode, records)) for p in todo}
+                todo.sort(key=lambda p: len(encoded[p["question_id"]]))  # similar lengths: less padding
                 for start in range(0, len(todo), batch_size):
                     batch = todo[start:start + batch_size]
-                    conversations = [conversation(engine, p, turn, mode, records) for p in batch]
-                    prompt_ids = [engine.encode(c) for c in conversations]
+                    prompt_ids = [encoded[p["question_id"]] for p in batch]
                     batch_seed = seed + 7919 * turn + start
                     answers = _generate_batch(engine.model, prompt_ids, max_new_tokens, mode, batch_seed, eos_id)
                     for p, ids, answer in zip(batch, prompt_ids, answers):

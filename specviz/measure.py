@@ -1,0 +1,90 @@
+"""Small measurements behind the introduction's claim that decoding is memory-bound.
+
+One forward of the target reads every weight once, whether it processes 1 token or 32, while the
+arithmetic grows with the number of tokens. If a step costs about "bytes of weights ÷ memory
+bandwidth" and barely more for a chunk of tokens, the machine is memory-bound at one token, and
+verifying several guessed tokens in one forward is almost free: the premise of speculative decoding.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import plotly.colors
+import plotly.graph_objects as go
+import torch
+
+from engines.layers import LayerStack
+
+PALETTE = plotly.colors.qualitative.Plotly
+
+
+def weight_bytes(stack: LayerStack) -> int:
+    """Bytes of parameters one full forward reads (tied embeddings counted once, as stored)."""
+    return _bytes(stack.model)
+
+
+def _bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def self_draft_cost_ratio(stack: LayerStack, draft_layers: int) -> float:
+    """Memory-bound estimate of c for a self-draft of the first ``draft_layers`` layers.
+
+    Such a draft reads its layers plus the final norm and the LM head every step, the target reads
+    all layers plus the same head; if a step costs its bytes, c is the ratio. The LM head of a small
+    model with a large vocabulary is a big share of its weights, so c is well above k / N.
+    """
+    layers = [_bytes(layer) for layer in stack.layers]
+    head = _bytes(stack.backbone.norm) + _bytes(stack.model.lm_head)
+    return (sum(layers[:draft_layers]) + head) / (sum(layers) + head)
+
+
+def forward_costs(stack: LayerStack, chunk_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), context: int = 200,
+                  repeats: int = 5, seed: int = 0) -> list[dict]:
+    """Median seconds of one forward of ``n`` new tokens on top of a KV cache of ``context`` tokens.
+
+    This is exactly what decoding does: one token per step for autoregressive decoding, γ+1 tokens
+    per verification round for speculative decoding. Chunk sizes are interleaved within each repeat
+    so slow drift of a shared machine spreads over all of them alike; a first pass warms up.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    vocab = stack.config.vocab_size
+    prompt = torch.randint(vocab, (context,), generator=generator).tolist()
+    times: dict[int, list[float]] = {n: [] for n in chunk_sizes}
+    with torch.inference_mode():
+        cache = stack.new_cache(context + max(chunk_sizes))
+        stack.forward(prompt, cache)
+        for repeat in range(repeats + 1):
+            for n in chunk_sizes:
+                chunk = torch.randint(vocab, (n,), generator=generator).tolist()
+                start = time.perf_counter()
+                stack.forward(chunk, cache)
+                if repeat:  # pass 0 is the warm-up
+                    times[n].append(time.perf_counter() - start)
+                cache.crop(context)
+    return [{"tokens": n, "seconds": statistics.median(times[n])} for n in chunk_sizes]
+
+
+def forward_cost_figure(runs: dict[str, list[dict]]) -> go.Figure:
+    """Milliseconds per forward against tokens per forward, with the "cost ∝ tokens" line for contrast.
+
+    ``runs`` maps a label (e.g. a dtype) to the output of :func:`forward_costs`.
+    """
+    fig = go.Figure()
+    ticks: set[int] = set()
+    for i, (label, costs) in enumerate(runs.items()):
+        xs = [c["tokens"] for c in costs]
+        ms = [1000 * c["seconds"] for c in costs]
+        ticks.update(xs)
+        colour = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(x=xs, y=ms, mode="lines+markers", name=f"{label}: measured",
+                                 line=dict(color=colour)))
+        fig.add_trace(go.Scatter(x=xs, y=[ms[0] * n / xs[0] for n in xs], mode="lines", name=f"{label}: if cost ∝ tokens",
+                                 line=dict(dash="dot", color=colour)))
+    fig.update_layout(title="One forward with a KV cache: time vs tokens in the forward",
+                      xaxis=dict(title="tokens in one forward", type="log", tickvals=sorted(ticks)),
+                      yaxis=dict(title="milliseconds per forward", type="log"), height=420)
+    return fig

@@ -1,0 +1,250 @@
+"""ipywidgets explorables for the notebooks: turn a formula's knobs, or re-run the real engine.
+
+Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end packages):
+
+* :func:`theory_explorer` — sliders for α, γ and c over Leviathan et al.'s speedup model
+  (:mod:`specviz.theory`), so a reader can feel why a draft must be both agreeing (α) and cheap (c).
+* :func:`live_run_explorer` — method, γ, draft depth, budget, temperature → a real run of the engine,
+  streamed into a coloured token stream with its statistics (and the speedup over ``ar``).
+
+Figures are re-drawn into an ``Output`` widget rather than updated in a ``FigureWidget``, because
+plotly's ``FigureWidget`` needs the ``anywidget`` front-end, which the project does not depend on.
+Executed headless (nbmake), each explorable renders its initial state once and nothing else runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import typing
+from typing import Sequence
+
+import ipywidgets as W
+import plotly.graph_objects as go
+from IPython.display import display
+
+from engines import METHODS, Engine
+from engines.trace import Commit, Event, RunEnd, RunStart
+
+from .theory import expected_speedup, expected_tokens_per_round, optimal_gamma
+from .tokens import legend_html, token_stream_html
+
+# Slider bounds per method option; ``None`` as the upper bound means "the target's layers − 1".
+OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "gamma": (1, 16), "draft_layers": (1, None), "exit_layer": (1, None), "max_ngram": (1, 8), "min_ngram": (1, 8),
+}
+STAT_FIELDS = (("new_tokens", "tokens", "{:d}"), ("tokens_per_s", "tokens/s", "{:.1f}"),
+               ("mean_accepted_length", "τ", "{:.2f}"), ("per_token_acceptance", "α", "{:.2f}"),
+               ("target_calls", "target calls", "{:d}"))
+
+
+# --- theory ---------------------------------------------------------------------------------------
+def theory_figure(alpha: float, gamma: int, cost_ratio: float, max_gamma: int = 16,
+                  measured: Sequence[dict] = ()) -> go.Figure:
+    """Leviathan's speedup vs γ at (α, c), the chosen γ and the best γ marked, measured points optional."""
+    grid = list(range(1, max_gamma + 1))
+    best = optimal_gamma(alpha, cost_ratio, max_gamma)
+    fig = go.Figure(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
+                               name=f"theory (α = {alpha:.2f}, c = {cost_ratio:.2f})"))
+    fig.add_trace(go.Scatter(x=[gamma], y=[expected_speedup(alpha, gamma, cost_ratio)], mode="markers",
+                             marker=dict(size=14, color="#c62828"), name=f"your γ = {gamma}"))
+    if measured:
+        fig.add_trace(go.Scatter(x=[p["gamma"] for p in measured], y=[p["speedup"] for p in measured],
+                                 mode="markers", marker=dict(size=10, symbol="x", color="#222"), name="measured"))
+    fig.add_vline(x=best, line_dash="dash", line_color="#2e7d32", annotation_text=f"best γ = {best}")
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
+    fig.update_layout(title="Expected speedup over autoregressive decoding", xaxis_title="γ (draft tokens per round)",
+                      yaxis=dict(title="speedup", rangemode="tozero"), height=380, margin=dict(t=50, b=40))
+    return fig
+
+
+def theory_readout(alpha: float, gamma: int, cost_ratio: float) -> str:
+    """The two numbers behind the curve, as one line of HTML."""
+    tokens = expected_tokens_per_round(alpha, gamma)
+    return (f"E[tokens per target call] = (1 − α<sup>γ+1</sup>)/(1 − α) = <b>{tokens:.2f}</b>; "
+            f"cost per round = γ·c + 1 = <b>{gamma * cost_ratio + 1:.2f}</b> target steps; "
+            f"speedup = <b>{expected_speedup(alpha, gamma, cost_ratio):.2f}×</b>")
+
+
+def theory_explorer(alpha: float = 0.8, gamma: int = 5, cost_ratio: float = 0.1, max_gamma: int = 16,
+                    measured: Sequence[dict] = ()) -> W.VBox:
+    """Sliders α, γ, c → the speedup curve. Pass a sweep's ``points`` as ``measured`` to fit them by hand."""
+    sliders = dict(
+        alpha=W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="α (acceptance)"),
+        gamma=W.IntSlider(value=gamma, min=1, max=max_gamma, description="γ (draft length)"),
+        cost_ratio=W.FloatSlider(value=cost_ratio, min=0.0, max=1.0, step=0.01, description="c (draft cost)"),
+    )
+    for slider in sliders.values():
+        slider.style.description_width = "110px"
+        slider.layout.width = "420px"
+    readout, plot = W.HTML(), W.Output()
+
+    def redraw(_change=None):
+        values = {name: s.value for name, s in sliders.items()}
+        readout.value = theory_readout(**values)
+        with plot:
+            plot.clear_output(wait=True)
+            display(theory_figure(**values, max_gamma=max_gamma, measured=measured))
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+
+
+# --- runs -----------------------------------------------------------------------------------------
+def run_card_html(title: str, events: Sequence[Event], speedup: float | None = None) -> str:
+    """A run's coloured token stream under a one-line summary of its statistics."""
+    end = next((e for e in reversed(events) if isinstance(e, RunEnd)), None)
+    start = next((e for e in events if isinstance(e, RunStart)), None)
+    if start is not None and not start.lossless:  # design rule: a lossy method says so wherever it is shown
+        title += " — LOSSY (output may differ from the target's)"
+    summary = "running…"
+    if end is not None:
+        s = end.stats
+        summary = " · ".join(f"{label} <b>{fmt.format(s[key])}</b>" for key, label, fmt in STAT_FIELDS)
+        if speedup is not None:
+            summary += f" · speedup <b>{speedup:.2f}×</b>"
+    return (f'<div style="flex:1;min-width:260px;border:1px solid #ddd;border-radius:6px;padding:8px">'
+            f"<div><b>{html.escape(title)}</b></div><div style='font-size:90%;color:#444'>{summary}</div>"
+            f"{token_stream_html(events)}</div>")
+
+
+def side_by_side_html(runs: dict[str, Sequence[Event]], baseline: str | None = None) -> str:
+    """Several runs as cards in a row, with the legend; speedups are relative to the ``baseline`` run."""
+    base = _tokens_per_s(runs[baseline]) if baseline else None
+    cards = [run_card_html(name, events, _tokens_per_s(events) / base if base else None)
+             for name, events in runs.items()]
+    return (f"<div>{legend_html()}</div><div style='display:flex;gap:10px;margin-top:6px'>"
+            + "".join(cards) + "</div>")
+
+
+def _tokens_per_s(events: Sequence[Event]) -> float:
+    end = next(e for e in reversed(events) if isinstance(e, RunEnd))
+    return end.stats["tokens_per_s"]
+
+
+def option_widgets(n_layers: int) -> dict[str, W.Widget]:
+    """One control per option of any registered method, from the config dataclasses themselves,
+    so a method added to the registry gets its controls without touching this module."""
+    controls: dict[str, W.Widget] = {}
+    for method in METHODS.values():
+        hints = typing.get_type_hints(method.Config)
+        for field in dataclasses.fields(method.Config):
+            if field.name in controls:
+                continue
+            kind, default = hints[field.name], field.default
+            if default is dataclasses.MISSING:
+                default = field.default_factory() if field.default_factory is not dataclasses.MISSING else None
+            if kind is int and field.name in OPTION_BOUNDS:
+                low, high = OPTION_BOUNDS[field.name]
+                high = n_layers - 1 if high is None else high
+                controls[field.name] = W.IntSlider(value=min(max(default, low), high), min=low, max=high)
+            elif kind is int:
+                controls[field.name] = W.IntText(value=default or 0)
+            elif kind is float:
+                controls[field.name] = W.FloatText(value=default or 0.0)
+            elif kind is bool:
+                controls[field.name] = W.Checkbox(value=bool(default))
+            else:
+                controls[field.name] = W.Text(value=str(default))
+            controls[field.name].description = field.name.replace("_", " ")
+    return controls
+
+
+def method_options(method: str, controls: dict[str, W.Widget]) -> dict:
+    """The values of the controls that ``method`` accepts (the others belong to other methods)."""
+    return {name: controls[name].value for name in METHODS[method].Config.option_names()}
+
+
+def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_tokens: int = 24,
+                      temperature: float = 0.0, compare_ar: bool = True, run_now: bool = True,
+                      **options) -> W.VBox:
+    """Controls → a real engine run, streamed token by token into a coloured stream with its stats.
+
+    With ``compare_ar`` the same prompt and settings also run through ``ar`` (once per setting, then
+    cached) so the card shows the speedup and, when greedy, whether the text is identical to it.
+    ``run_now`` renders one run immediately, so the cell shows a result even where nobody can click.
+    The ar baseline is cached per setting, so its speed was measured at its first run, not beside each run.
+    """
+    method_box = W.Dropdown(options=list(METHODS), value=method, description="method")
+    controls = option_widgets(engine.target.n_layers)
+    for name, value in options.items():
+        if name not in controls:
+            raise ValueError(f"unknown option {name!r}; options of the registered methods: {sorted(controls)}")
+        controls[name].value = value
+    budget = W.IntSlider(value=max_new_tokens, min=4, max=128, step=4, description="max new tokens")
+    temp = W.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature")
+    prompt_box = W.Textarea(value=prompt, description="prompt", layout=W.Layout(width="95%"))
+    with_ar = W.Checkbox(value=compare_ar, description="compare with ar")
+    button = W.Button(description="Run", button_style="primary", icon="play")
+    stream, status = W.HTML(), W.HTML()
+    ar_cache: dict[tuple, list[Event]] = {}
+
+    def show_relevant(_change=None):
+        accepted = set(METHODS[method_box.value].Config.option_names())
+        for name, control in controls.items():
+            control.layout.display = None if name in accepted else "none"
+
+    def baseline(settings: dict) -> list[Event]:
+        key = tuple(sorted(settings.items()))
+        if key not in ar_cache:
+            status.value = "running ar for the baseline…"
+            ar_cache[key] = list(engine.generate(method="ar", **settings))
+        return ar_cache[key]
+
+    def run(_button=None):
+        button.disabled = True
+        settings = dict(prompt=prompt_box.value, max_new_tokens=budget.value, temperature=temp.value)
+        try:
+            reference = baseline(settings) if with_ar.value and method_box.value != "ar" else None
+            events: list[Event] = []
+            title = run_label(method_box.value, method_options(method_box.value, controls))
+            status.value = f"running {html.escape(title)}…"
+            for event in engine.generate(method=method_box.value, **settings,
+                                         **method_options(method_box.value, controls)):
+                events.append(event)
+                if isinstance(event, (Commit, RunEnd)):
+                    stream.value = run_card_html(title, events)
+            speedup = _tokens_per_s(events) / _tokens_per_s(reference) if reference else None
+            stream.value = run_card_html(title, events, speedup)
+            status.value = comparison_note(events, reference, temp.value, engine.dtype)
+        except Exception as error:  # e.g. a bad combination of settings: say so, keep the explorer alive
+            status.value = f"<span style='color:#c62828'>{type(error).__name__}: {html.escape(str(error))}</span>"
+            if _button is None:  # the notebook's own first run: a failure must fail the cell (and CI)
+                raise
+        finally:
+            button.disabled = False
+
+    method_box.observe(show_relevant, names="value")
+    button.on_click(run)
+    show_relevant()
+    if run_now:
+        run()
+    settings_row = W.HBox([W.VBox([method_box, *controls.values()]), W.VBox([budget, temp, with_ar, button])])
+    return W.VBox([prompt_box, settings_row, W.HTML(legend_html()), stream, status])
+
+
+def run_label(method: str, options: dict) -> str:
+    """``sps(gamma=3, draft_layers=26)``: how the CLI and the benchmark write a method with options."""
+    inner = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{method}({inner})" if inner else method
+
+
+def comparison_note(events: Sequence[Event], reference: Sequence[Event] | None, temperature: float,
+                    dtype: str = "float32") -> str:
+    """What the ar comparison says: identical text when greedy; a different sample is expected otherwise."""
+    if reference is None:
+        return ""
+    ours, theirs = events[-1].token_ids, reference[-1].token_ids
+    ar_speed = _tokens_per_s(reference)
+    if temperature > 0:
+        return (f"ar ran at {ar_speed:.1f} tokens/s. Sampling: the texts may differ, since the two runs use their "
+                "random numbers differently, but both are samples from the target's own distribution.")
+    if ours == theirs:
+        return f"ar ran at {ar_speed:.1f} tokens/s; this greedy output is identical to ar's, token for token."
+    note = f"ar ran at {ar_speed:.1f} tokens/s; this greedy output <b>differs</b> from ar's."
+    if dtype != "float32":
+        note += (f" In {dtype}, scoring a chunk of tokens and stepping one token at a time round differently, so a"
+                 " near-tie between two tokens can flip; in float32 the engine's tests hold them identical.")
+    return note
