@@ -22,9 +22,12 @@ from engines import Engine, get_method
 
 from .hf_baselines import HF_METHODS, hf_generate
 from .prompts import load_prompts
+from .sweep import draft_seconds
 
-DEFAULT_METHODS = ["ar", "hf_ar", "sps(draft_layers=4)", "sps(draft_layers=8)", "pld", "hf_pld",
-                   "eesd(exit_layer=8)", "eesd(exit_layer=15)", "sps(draft_layers=4,instrument=false)"]
+DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
+                   "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
+TRAINED_METHODS = ["sps(draft=tiny)", "sps(draft=tiny,full_vocab=true)", "hf_assisted", "sps(draft=eagle)",
+                   "eesd(exit_layer=8,head=norm)", "eesd(exit_layer=8,head=layer)"]
 _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
 
 
@@ -93,9 +96,10 @@ class Tally:
     def __init__(self):
         self.new_tokens = self.decode_seconds = self.rounds = self.round_tokens = 0
         self.drafted = self.accepted = self.turns = self.equal_turns = 0
+        self.draft_seconds = 0.0
         self.has_rounds = self.compared = False
 
-    def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None):
+    def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0):
         self.new_tokens += new_tokens
         self.decode_seconds += decode_seconds
         self.turns += 1
@@ -107,28 +111,60 @@ class Tally:
             self.round_tokens += stats.new_tokens - 1 if stats.new_tokens else 0
             self.drafted += stats.drafted
             self.accepted += stats.accepted
+            self.draft_seconds += draft_seconds
 
     def summary(self, ar_tokens_per_s: float | None) -> dict:
+        """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model)."""
         tps = self.new_tokens / self.decode_seconds if self.decode_seconds else 0.0
+        draft_cost = None
+        if self.drafted and self.draft_seconds and ar_tokens_per_s:
+            draft_cost = (self.draft_seconds / self.drafted) * ar_tokens_per_s
         return {
             "tokens_per_s": tps,
             "speedup": tps / ar_tokens_per_s if ar_tokens_per_s else None,
             "tau": self.round_tokens / self.rounds if self.has_rounds and self.rounds else None,
             "alpha": self.accepted / self.drafted if self.drafted else (0.0 if self.has_rounds else None),
             "equals_ar": (self.equal_turns / self.turns) if self.compared else None,
+            "draft_cost": draft_cost,
             "new_tokens": self.new_tokens,
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
         }
 
 
+def default_methods() -> list[str]:
+    """The baselines, plus the trained-drafter rows when ``data/drafts`` holds those drafters."""
+    from engines.drafters.trained import available
+
+    shipped = set(available())
+    trained = [m for m in TRAINED_METHODS if ("tiny" not in m or "tiny" in shipped) and
+               ("eagle" not in m or "eagle" in shipped) and ("head=" not in m or any(n.startswith("exit@") for n in shipped))]
+    return DEFAULT_METHODS + trained
+
+
+def select_prompts(prompts, limit: int | None = None, per_category: int | None = None):
+    """The first ``per_category`` prompts of each category, then the first ``limit`` of those."""
+    if per_category is not None:
+        if per_category < 1:
+            raise ValueError(f"per_category must be >= 1, got {per_category}")
+        seen: dict[str, int] = defaultdict(int)
+        kept = []
+        for prompt in prompts:
+            seen[prompt.category] += 1
+            if seen[prompt.category] <= per_category:
+                kept.append(prompt)
+        prompts = kept
+    return prompts[:limit]
+
+
 def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: int = 128,
-              temperature: float = 0.0, seed: int = 0, limit: int | None = None, progress: bool = True) -> dict:
+              temperature: float = 0.0, seed: int = 0, limit: int | None = None, progress: bool = True,
+              per_category: int | None = None) -> dict:
     specs = [parse_method(m) for m in methods]
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, parse_method("ar"))
     specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
-    prompts = load_prompts(prompts_path)[:limit]
+    prompts = select_prompts(load_prompts(prompts_path), limit, per_category)
     for spec in specs:  # warm-up: first-call costs (allocator, kernels) must not land on one method
         run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
@@ -139,12 +175,12 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
             messages: list[dict] = []
             for turn_index, turn in enumerate(prompt.turns):
                 messages.append({"role": "user", "content": turn})
-                ids, seconds, stats = run_turn(engine, spec, list(messages), max_new_tokens, temperature, seed)
+                ids, seconds, stats, drafting = run_turn(engine, spec, list(messages), max_new_tokens, temperature, seed)
                 if spec.label == "ar":
                     ar_answers.append(ids)
                 equal = ids == ar_answers[turn_index] if temperature == 0 else None
                 for key in (prompt.category, "overall"):
-                    tallies[spec.label][key].add(len(ids), seconds, equal, stats)
+                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
     bar.close()
@@ -159,10 +195,10 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
     if spec.name in HF_METHODS:
         ids = engine.encode(prompt)
         out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
-        return out["token_ids"], out["decode_seconds"], None
+        return out["token_ids"], out["decode_seconds"], None, 0.0
     result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                         instrument=spec.instrument, **spec.options)
-    return result.token_ids, result.stats.decode_seconds, result.stats
+    return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events)
 
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts) -> dict:
@@ -182,11 +218,12 @@ def to_markdown(results: dict) -> str:
              "", f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
              "bonus/correction token; α = accepted ÷ drafted.", "",
-             "## Overall", "", "| method | tokens/s | speedup | τ | α | output = ar |", "|---|---|---|---|---|---|"]
+             "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",
+             "|---|---|---|---|---|---|---|"]
     for label, by_category in methods.items():
         o = by_category["overall"]
         lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['tau'])} | "
-                     f"{_fmt(o['alpha'])} | {_fmt(o['equals_ar'], '{:.0%}')} |")
+                     f"{_fmt(o['alpha'])} | {_fmt(o.get('draft_cost'))} | {_fmt(o['equals_ar'], '{:.0%}')} |")
     categories = [c for c in next(iter(methods.values())) if c != "overall"]
     lines += ["", "## Per category: speedup (τ, α)", "",
               "| method | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]

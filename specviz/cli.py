@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated, e.g. 'ar,hf_ar,sps(draft_layers=4,gamma=5),pld,hf_pld'")
     add_model_arguments(bench)
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    bench.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
     bench.add_argument("--out", default="bench-out", help="directory for results.json and results.md")
 
     distill = commands.add_parser("distill", help="have the target answer the training prompts (self-distillation corpus)")
@@ -124,13 +125,13 @@ def generate_command(args) -> int:
 
 
 def bench_command(args) -> int:
-    from .bench import DEFAULT_METHODS, run_bench, split_methods, write_results
+    from .bench import default_methods, run_bench, split_methods, write_results
     from .prompts import DEFAULT_PROMPTS
 
-    methods = split_methods(args.methods) if args.methods else DEFAULT_METHODS
+    methods = split_methods(args.methods) if args.methods else default_methods()
     engine = Engine.load(args.model, args.dtype, args.device)
     results = run_bench(engine, args.prompts or DEFAULT_PROMPTS, methods, args.max_new_tokens, args.temperature,
-                        args.seed, args.limit)
+                        args.seed, args.limit, per_category=args.per_category)
     json_path, md_path = write_results(results, args.out)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")

@@ -21,7 +21,7 @@ def test_generate_json(tmp_path):
                    "--max-new-tokens", "12", "--dtype", "float32", "--json", "--trace", str(trace))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert out["method"] == "sps" and out["config"] == {"gamma": 3, "draft": "self", "draft_layers": 4}
+    assert out["method"] == "sps" and out["config"] == {"gamma": 3, "draft": "self", "draft_layers": 4, "full_vocab": False}
     assert 0 < out["stats"]["new_tokens"] == len(out["token_ids"]) <= 12
     assert set(out["stats"]) == {"tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls",
                                  "new_tokens"}
@@ -84,4 +84,4 @@ def test_markdown_table_shape():
                          "prompts": "p", "max_new_tokens": 8, "temperature": 0.0},
                "methods": {"ar": {"qa": summary, "overall": summary}}}
     text = to_markdown(results)
-    assert "| ar | 10.0 | 1.00× | 1.00 | — | 100% |" in text
+    assert "| ar | 10.0 | 1.00× | 1.00 | — | — | 100% |" in text

@@ -29,6 +29,10 @@ class Draft:
 
 
 class Drafter(Protocol):
+    """Optionally a drafter also has ``observe_layers`` (target layers whose outputs it needs) and
+    ``observe(seen, n_valid)``, called after prefill and each verification with ``{layer: [1, n, d]}``
+    of which the first ``n_valid`` positions were committed."""
+
     name: str
 
     def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
