@@ -25,12 +25,13 @@ from safetensors.torch import load_file, save_file
 from ..layers import LayerStack
 from .heads import DraftHead, EagleHead, ExitLayerHead, ExitNormHead
 
-DRAFTS_DIR = Path(os.environ.get("SPECVIZ_DRAFTS") or Path(__file__).resolve().parents[2] / "data" / "drafts")
+SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
 KINDS = ("tiny", "exit_norm", "exit_layer", "eagle")
 
 
 def drafts_dir() -> Path:
-    return Path(os.environ.get("SPECVIZ_DRAFTS") or DRAFTS_DIR)
+    """``data/drafts`` of this checkout; ``SPECVIZ_DRAFTS`` points elsewhere (tests, experiments)."""
+    return Path(os.environ.get("SPECVIZ_DRAFTS") or SHIPPED_DRAFTS)
 
 
 def available() -> list[str]:
