@@ -180,9 +180,13 @@ def train_command(args) -> int:
     saved = train_drafters(args.drafter, engine.target, engine.name, args.corpus or DEFAULT_CORPUS, config,
                            command, progress, **options)
     bar.close()
+    from .drafter_cards import record_acceptance
+
     for name, card in saved:
-        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']:.3f}, "
-              f"final loss {card['training']['loss_curve'][-1][1]:.3f}")
+        acceptance = record_acceptance(engine, name)
+        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']:.3f}, final loss "
+              f"{card['training']['loss_curve'][-1][1]:.3f}; γ=5 greedy α {acceptance['greedy']['alpha']}, "
+              f"τ {acceptance['greedy']['tau']}")
     return 0
 
 

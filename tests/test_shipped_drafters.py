@@ -1,19 +1,13 @@
 """Every drafter shipped in data/drafts loads on the real model, drafts losslessly and is actually trained:
-its drafts are accepted far more often than the untrained exit of the same shape (α ≈ 0.01–0.05)."""
+its drafts are accepted more often than those of the untrained drafter of the same shape."""
 
 import pytest
 
 from engines.drafters.trained import available, read_card
+from specviz.drafter_cards import drafter_run_options
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
 NEW_TOKENS = 40
-
-
-def method_for(name: str) -> tuple[str, dict]:
-    card = read_card(name)
-    if card["kind"] in ("exit_norm", "exit_layer"):
-        return "eesd", {"exit_layer": card["exit_layer"], "head": card["kind"].removeprefix("exit_"), "gamma": 5}
-    return "sps", {"draft": name, "gamma": 5}
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +21,19 @@ def test_shipped_drafter_drafts_on_real_model(real_engine, reference, name):
         pytest.fail("data/drafts holds no trained drafters")
     card = read_card(name)
     assert card["target"] == "SmolLM2-135M-Instruct" and card["training"]["loss_curve"]
-    method, options = method_for(name)
+    method, options = drafter_run_options(name)
     run = real_engine.run(PROMPT, method, max_new_tokens=NEW_TOKENS, **options)
     assert run.token_ids == reference.token_ids
-    assert run.stats.acceptance_rate > 0.15, f"{name}: α = {run.stats.acceptance_rate:.2f}"
+    base_method, base_options = untrained_counterpart(name)
+    untrained = real_engine.run(PROMPT, base_method, max_new_tokens=NEW_TOKENS, **base_options).stats
+    assert run.stats.accepted > untrained.accepted, (
+        f"{name}: α = {run.stats.acceptance_rate:.3f}, untrained α = {untrained.acceptance_rate:.3f}")
+
+
+def untrained_counterpart(name: str) -> tuple[str, dict]:
+    """An untrained drafter of about the same cost: the exit with the model's own head; for ``tiny`` its
+    layers as an untrained self-draft; for ``eagle`` (one decoder layer) a one-layer self-draft."""
+    card = read_card(name)
+    if card["kind"] in ("exit_norm", "exit_layer"):
+        return "eesd", {"exit_layer": card["exit_layer"], "head": "none", "gamma": 5}
+    return "sps", {"draft": "self", "draft_layers": card.get("layers", 1), "gamma": 5}
