@@ -80,8 +80,31 @@ class Transcript:
                       drafted=drafted, accepted=min(accepted, len(tokens)))
 
 
-def prefill(ctx: DecodeContext, cache: KVCache) -> tuple[torch.Tensor, Prefill]:
-    """Run the whole prompt through the target; returns the logits for the first new token."""
+def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observe: tuple = (),
+                   shallow: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, dict]:
+    """Target logits for ``tokens`` ``[n, V]``, plus the hidden states after each layer in ``observe``.
+
+    ``shallow = (hidden, ℓ)``: an early-exit draft already ran layers [0, ℓ) on all but the last token
+    (sharing this cache), so only that token goes through them before the deep layers run on all.
+    """
+    target = ctx.target
+    stops = sorted(set(observe) | {target.n_layers} | ({shallow[1]} if shallow else set()))
+    hidden, layer, seen = target.embed(tokens), 0, {}
+    for stop in stops:
+        if shallow and stop == shallow[1]:
+            last = target.run(hidden[:, -1:], layer, stop, cache)
+            hidden = torch.cat([shallow[0], last], dim=1)
+        else:
+            hidden = target.run(hidden, layer, stop, cache)
+        layer = stop
+        if stop in observe:
+            seen[stop] = hidden
+    return target.logits(hidden), seen
+
+
+def prefill(ctx: DecodeContext, cache: KVCache, observe: tuple = ()) -> tuple[torch.Tensor, dict, Prefill]:
+    """Run the whole prompt through the target: logits for the first new token, observed states, the event."""
     start = time.perf_counter()
-    logits = ctx.target.forward(ctx.prompt_ids, cache)[-1]
-    return logits, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids), seconds=time.perf_counter() - start)
+    logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
+    return logits[-1], seen, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids),
+                                     seconds=time.perf_counter() - start)

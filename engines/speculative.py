@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import torch
-
-from .decoding import DecodeContext, Transcript
+from .decoding import DecodeContext, Transcript, prefill, target_forward
 from .drafters.base import Draft, Drafter
-from .trace import DraftTree, Event, Prefill, Verification
+from .trace import DraftTree, Event, Verification
 from .verify import Verdict, verify_chain
 
 
@@ -23,11 +21,10 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
     target, trace = ctx.target, ctx.trace
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache = target.new_cache(ctx.capacity)
-    start = trace.now()
-    logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
-    yield Prefill(t=trace.now(), n_tokens=len(ctx.prompt_ids), seconds=trace.now() - start)
+    logits, seen, prefill_event = prefill(ctx, cache, observe)
+    yield prefill_event
     out = Transcript(ctx)
-    yield out.commit(0, [ctx.sampler.next_token(logits[-1])], ["target"])
+    yield out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
     drafter.start(ctx, cache)
     if observe:
         drafter.observe(seen, len(ctx.prompt_ids))
@@ -40,7 +37,8 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=chain_nodes(draft))
         started = trace.now()
-        logits, seen = target_forward(ctx, cache, [out.ids[-1]] + draft.tokens, observe, draft)
+        shallow = (draft.hidden, draft.exit_layer) if draft.hidden is not None else None
+        logits, seen = target_forward(ctx, cache, [out.ids[-1]] + draft.tokens, observe, shallow)
         verdict = verify_chain(draft.tokens, draft.probs, logits, ctx.sampler)
         cache.crop(len(out.ids) + verdict.n_accepted)
         if observe:
@@ -52,29 +50,6 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
         fates = ["accepted"] * verdict.n_accepted + [next_fate]
         yield out.commit(round_, draft.tokens[: verdict.n_accepted] + [verdict.next_token], fates,
                          drafted=len(draft.tokens), accepted=verdict.n_accepted)
-
-
-def target_forward(ctx: DecodeContext, cache, tokens: list[int], observe: tuple = (),
-                   draft: Draft | None = None) -> tuple[torch.Tensor, dict]:
-    """Target logits for ``tokens`` ``[n, V]``, plus the hidden states after each layer in ``observe``.
-
-    An early-exit draft has already run layers [0, ℓ) on all but the last draft token (sharing this
-    cache), so only that token goes through them before the deep layers run on everything.
-    """
-    target = ctx.target
-    reuse = draft is not None and draft.hidden is not None
-    stops = sorted(set(observe) | {target.n_layers} | ({draft.exit_layer} if reuse else set()))
-    hidden, layer, seen = target.embed(tokens), 0, {}
-    for stop in stops:
-        if reuse and stop == draft.exit_layer:
-            last = target.run(hidden[:, -1:], layer, stop, cache)
-            hidden = torch.cat([draft.hidden, last], dim=1)
-        else:
-            hidden = target.run(hidden, layer, stop, cache)
-        layer = stop
-        if stop in observe:
-            seen[stop] = hidden
-    return target.logits(hidden), seen
 
 
 def chain_nodes(draft: Draft) -> list[dict]:

@@ -9,7 +9,6 @@ from safetensors.torch import load_file, save_file
 
 from engines import Engine
 from engines.drafters.trained import load_trained
-from engines.training.corpus import read_corpus
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
 from tests.conftest import tiny_llama

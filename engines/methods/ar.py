@@ -26,7 +26,7 @@ class AR(Method):
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         cache = ctx.target.new_cache(ctx.capacity)
-        logits, prefill_event = prefill(ctx, cache)
+        logits, _, prefill_event = prefill(ctx, cache)
         yield prefill_event
         out = Transcript(ctx)
         yield out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
