@@ -81,12 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
-    train.add_argument("drafter", choices=["exit", "eagle", "tiny"])
+    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats"])
     train.add_argument("--corpus", default=None, help="default data/distill/corpus.jsonl")
     train.add_argument("--exit-layers", default="4,8,15", help="exit: comma-separated layers")
     train.add_argument("--heads", default="norm,layer", help="exit: norm and/or layer")
-    train.add_argument("--tiny-layers", type=int, default=4, help="tiny: layers taken from the target")
-    train.add_argument("--tiny-trained", type=int, default=2, help="tiny: how many of the top layers are trained")
+    train.add_argument("--tiny-layers", type=int, default=4, help="tiny, ss: layers taken from the target")
+    train.add_argument("--tiny-trained", type=int, default=2,
+                       help="tiny: how many of the top layers are trained; ss: the layers that carry the streams")
+    train.add_argument("--streams", type=int, default=2, help="ss: lookahead streams")
+    train.add_argument("--stream-weight", type=float, default=0.5, help="ss: stream j's loss weight is w^j")
+    train.add_argument("--dm-layer", type=int, default=3, help="cats: the draft adapter's layer L_DM")
+    train.add_argument("--sv-layer", type=int, default=15, help="cats: the shallow verifier's layer L_SV")
+    train.add_argument("--top-k", type=int, default=20, help="cats: support of the reduced top-K KL loss")
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--batch-tokens", type=int, default=2048)
     train.add_argument("--lr", type=float, default=1e-3)
@@ -165,8 +171,12 @@ def train_command(args) -> int:
     if args.drafter == "exit":
         options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),
                    "head_kinds": tuple(args.heads.split(","))}
-    elif args.drafter == "tiny":
+    elif args.drafter in ("tiny", "ss"):
         options = {"tiny_layers": args.tiny_layers, "tiny_trained": args.tiny_trained}
+        if args.drafter == "ss":
+            options.update(streams=args.streams, stream_weight=args.stream_weight)
+    elif args.drafter == "cats":
+        options = {"dm_layer": args.dm_layer, "sv_layer": args.sv_layer, "top_k": args.top_k}
     engine = Engine.load(dtype=args.dtype, device=args.device)
     config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps)
     bar = tqdm(desc=f"train {args.drafter}", unit="step")

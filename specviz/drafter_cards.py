@@ -14,13 +14,14 @@ from engines.drafters.trained import drafts_dir, read_card
 from .prompts import load_prompts
 
 GAMMA = 5
+EESD_HEADS = {"exit_norm": "norm", "exit_layer": "layer", "cats_adapter": "cats"}  # card kind → eesd's head
 
 
 def drafter_run_options(name: str) -> tuple[str, dict]:
     """The method and options that draft with a shipped drafter."""
     card = read_card(name)
-    if card["kind"] in ("exit_norm", "exit_layer"):
-        return "eesd", {"exit_layer": card["exit_layer"], "head": card["kind"].removeprefix("exit_"), "gamma": GAMMA}
+    if card["kind"] in EESD_HEADS:
+        return "eesd", {"exit_layer": card["exit_layer"], "head": EESD_HEADS[card["kind"]], "gamma": GAMMA}
     return "sps", {"draft": name, "gamma": GAMMA}
 
 

@@ -32,8 +32,8 @@ def test_shipped_drafter_drafts_on_real_model(real_engine, reference, name):
 
 def untrained_counterpart(name: str) -> tuple[str, dict]:
     """An untrained drafter of about the same cost: the exit with the model's own head; for ``tiny`` its
-    layers as an untrained self-draft; for ``eagle`` (one decoder layer) a one-layer self-draft."""
+    layers as an untrained self-draft (``ss`` too); for ``eagle`` (one decoder layer) a one-layer self-draft."""
     card = read_card(name)
-    if card["kind"] in ("exit_norm", "exit_layer"):
+    if card["kind"] in ("exit_norm", "exit_layer", "cats_adapter"):
         return "eesd", {"exit_layer": card["exit_layer"], "head": "none", "gamma": 5}
     return "sps", {"draft": "self", "draft_layers": card.get("layers", 1), "gamma": 5}

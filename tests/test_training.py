@@ -37,10 +37,10 @@ def _train(setup, monkeypatch, kind, **options):
     return train_drafters(kind, engine.target, "tiny-test", corpus, config, draft_vocab_size=48, **options)
 
 
-def _falls(card):
+def _falls(card, ratio=0.7):
     curve = [loss for _, loss in card["training"]["loss_curve"]]
     first, last = sum(curve[:5]) / 5, sum(curve[-5:]) / 5
-    return last < 0.7 * first, (first, last)
+    return last < ratio * first, (first, last)
 
 
 def test_exit_heads_train_and_draft(setup, monkeypatch):
@@ -107,3 +107,64 @@ def test_card_that_disagrees_with_weights_is_refused(setup, monkeypatch):
     refused(edit_weights=lambda w: {**w, "proj.weight": torch.zeros(3, 3, dtype=torch.float16)}, match="proj.weight")
     refused(edit_weights=lambda w: {k: v for k, v in w.items() if k != "norm.weight"}, match="missing")
     load_trained("exit@1-norm", engine.target)  # the untouched files still load
+
+
+def test_streaming_draft_trains_and_drafts(setup, monkeypatch):
+    # a lighter stream loss than the default 0.5^j: this 32-wide model has little room to share
+    (name, card), = _train(setup, monkeypatch, "ss", tiny_layers=3, tiny_trained=2, streams=2, stream_weight=0.2)
+    ok, values = _falls(card)
+    assert ok, values
+    assert card["stream_layers"] == 2 and card["trained_layers"] == [1, 2] and card["streams"] == 2
+    engine = setup[0]
+    reference = engine.run([4, 5, 6], "ar", max_new_tokens=20)
+    run = engine.run([4, 5, 6], "sps", max_new_tokens=20, draft="ss", gamma=5)
+    assert run.token_ids == reference.token_ids
+    assert run.stats.acceptance_rate > 0.2
+    assert len(run.stats.acceptance_by_position) >= 3  # stream tokens (positions 2, 3) were accepted too
+
+
+def test_streaming_draft_cached_steps_match_the_training_pass(setup, monkeypatch):
+    """Drafting (cache, streams at the last token only) computes what training (whole sequence, streams
+    everywhere) computes at that position: the two code paths are one model."""
+    from engines.drafters.streaming import StreamingDraft
+
+    engine = setup[0]
+    torch.manual_seed(1)
+    draft = StreamingDraft(engine.target, torch.arange(64), n_layers=3, stream_layers=2, n_streams=2)
+    with torch.no_grad():
+        draft.streams.normal_()
+        ids = [3, 9, 27, 17, 51, 2, 40]
+        stack = draft.stack
+        hidden = stack.run_causal(stack.embed(ids), 0, draft.stream_start)
+        main, streams = draft.run_streams(hidden, torch.arange(len(ids)))
+        full = torch.cat([draft.logits(main[0])[:, None], draft.logits(streams[0])], dim=1)  # [T, 1+S, V]
+        cache = stack.new_cache(32)
+        cached = [draft.step(ids[:4], cache)] + [draft.step([t], cache) for t in ids[4:]]
+    for offset, window in enumerate(cached):
+        torch.testing.assert_close(window, full[3 + offset], atol=1e-4, rtol=1e-4)
+    assert cache.length(0) == cache.length(2) == len(ids)  # stream tokens never stay in the cache
+
+
+def test_cats_adapters_train_and_draft(setup, monkeypatch):
+    saved = _train(setup, monkeypatch, "cats", dm_layer=1, sv_layer=2, top_k=5)
+    assert [name for name, _ in saved] == ["cats@1", "cats@2"]
+    assert [card["cats_role"] for _, card in saved] == ["draft", "shallow_verifier"]
+    engine = setup[0]
+    reference = engine.run([5, 6, 7], "ar", max_new_tokens=20)
+    for name, card in saved:
+        # q spreads mass beyond the target's top K, which the reduced KL cannot remove: a higher floor
+        ok, values = _falls(card, ratio=0.85)
+        assert ok, f"{name} loss did not fall: {values}"
+        run = engine.run([5, 6, 7], "eesd", max_new_tokens=20, exit_layer=card["exit_layer"], head="cats", gamma=3)
+        assert run.token_ids == reference.token_ids
+
+
+def test_topk_loss_is_kl_to_the_renormalised_top_k():
+    from engines.training.data import topk_distill_loss
+
+    teacher = torch.log_softmax(torch.tensor([[3.0, 2.0, 0.0, -1.0]]), -1)
+    student = torch.tensor([[0.5, 1.0, 2.0, 0.0]])
+    p = torch.softmax(torch.tensor([3.0, 2.0]), -1)
+    q = torch.log_softmax(student, -1)[0, :2]
+    assert float(topk_distill_loss(student, teacher, 2)) == pytest.approx(float((p * (p.log() - q)).sum()), rel=1e-6)
+    assert float(topk_distill_loss(teacher.clone(), teacher, 4)) == pytest.approx(0.0, abs=1e-6)  # q = p

@@ -5,5 +5,7 @@ from .eagle import EagleDrafter
 from .early_exit import EarlyExitDrafter
 from .model_draft import ModelDrafter
 from .prompt_lookup import PromptLookupDrafter, lookup
+from .streaming import StreamingDrafter
 
-__all__ = ["Draft", "Drafter", "EagleDrafter", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter", "lookup"]
+__all__ = ["Draft", "Drafter", "EagleDrafter", "EarlyExitDrafter", "ModelDrafter", "PromptLookupDrafter",
+           "StreamingDrafter", "lookup"]

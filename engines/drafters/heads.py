@@ -9,6 +9,8 @@ it losslessness — is unchanged: q simply puts no mass on tokens the drafter ca
 
 - :class:`ExitNormHead` — early exit at layer ℓ: a residual linear map, RMSNorm, the shared head.
 - :class:`ExitLayerHead` — early exit at layer ℓ through one extra decoder layer (PPSD's "transformer head").
+- :class:`AdapterHead` — Kangaroo's and CATS's adapter at layer ℓ: two norms around one attention
+  layer (no MLP), the shared head; CATS trains one at its draft boundary and one at its shallow verifier.
 - :class:`EagleHead` — EAGLE: fuse the next token's embedding with the target's last feature, one
   decoder layer predicts the next feature, the shared head reads a token from it.
 """
@@ -113,11 +115,44 @@ class ExitLayerHead(DraftHead):
 
     def __init__(self, stack: LayerStack, vocab_ids: torch.Tensor, exit_layer: int):
         super().__init__(stack, vocab_ids)
-        self.layer = _layer_like(stack, exit_layer)  # the layer that would have come next
+        self.layer = self._block(stack, exit_layer)  # initialised from the layer that would have come next
         self.norm = _norm_like(stack)
+
+    @staticmethod
+    def _block(stack: LayerStack, exit_layer: int) -> nn.Module:
+        return _layer_like(stack, exit_layer)
 
     def forward(self, hidden: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         return self.head(self.norm(self._run_layer(self.layer, hidden, cache)))
+
+
+class AttentionBlock(nn.Module):
+    """A decoder layer without its MLP: ``h + attention(norm(h))``, called like a decoder layer."""
+
+    def __init__(self, stack: LayerStack, source_layer: int):
+        super().__init__()
+        source = stack.layers[source_layer]
+        self.input_layernorm = _norm_like(stack)
+        self.input_layernorm.load_state_dict(source.input_layernorm.state_dict())
+        self.self_attn = type(source.self_attn)(stack.config, layer_idx=0)
+        self.self_attn.load_state_dict(source.self_attn.state_dict())
+
+    def forward(self, hidden: torch.Tensor, attention_mask=None, position_ids=None, past_key_values=None,
+                position_embeddings=None) -> torch.Tensor:
+        attended, _ = self.self_attn(self.input_layernorm(hidden), position_embeddings=position_embeddings,
+                                     attention_mask=attention_mask, past_key_values=past_key_values)
+        return hidden + attended
+
+
+class AdapterHead(ExitLayerHead):
+    """Kangaroo/CATS adapter: cheaper than :class:`ExitLayerHead` (attention only, no MLP), yet unlike a
+    norm head it still sees the context."""
+
+    kind = "cats_adapter"
+
+    @staticmethod
+    def _block(stack: LayerStack, exit_layer: int) -> nn.Module:
+        return AttentionBlock(stack, exit_layer)
 
 
 class EagleHead(DraftHead):

@@ -33,6 +33,16 @@ class ModelDrafter:
         self.cache = self.stack.new_cache(ctx.capacity, range(self.n_layers))
         self.cached_ids = []
 
+    def _rewind(self, committed: list[int]) -> list[int]:
+        """Crop the cache to its longest prefix that agrees with ``committed``; return what to feed next."""
+        keep = 0
+        limit = min(len(self.cached_ids), len(committed) - 1)  # always feed at least one token
+        while keep < limit and self.cached_ids[keep] == committed[keep]:
+            keep += 1
+        self.cache.crop(keep)
+        del self.cached_ids[keep:]
+        return committed[keep:]
+
     def _logits(self, ids: list[int]) -> torch.Tensor:
         hidden = self.stack.run(self.stack.embed(ids), 0, self.n_layers, self.cache)
         self.cached_ids.extend(ids)
@@ -43,13 +53,7 @@ class ModelDrafter:
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
         if gamma == 0:
             return Draft([])
-        keep = 0
-        limit = min(len(self.cached_ids), len(committed) - 1)  # always feed at least one token
-        while keep < limit and self.cached_ids[keep] == committed[keep]:
-            keep += 1
-        self.cache.crop(keep)
-        del self.cached_ids[keep:]
-        logits = self._logits(committed[keep:])
+        logits = self._logits(self._rewind(committed))
         tokens, qs, rows = [], [], []
         for step in range(gamma):
             token, q = sample_draft_token(logits, sampler)
@@ -59,3 +63,13 @@ class ModelDrafter:
             if step + 1 < gamma:
                 logits = self._logits([token])
         return finish_draft(tokens, qs, rows)
+
+
+def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:
+    """A standard LlamaForCausalLM made of the target's embeddings, first ``n_layers`` layers and norm."""
+    config = type(stack.config)(**{**stack.config.to_dict(), "num_hidden_layers": n_layers})
+    model = type(stack.model)(config)  # ties its head to its embeddings exactly when the target does
+    state = {k: v for k, v in stack.model.state_dict().items()
+             if not k.startswith("model.layers.") or int(k.split(".")[2]) < n_layers}
+    model.load_state_dict(state, strict=False)
+    return model.to(stack.dtype).eval()

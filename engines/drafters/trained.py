@@ -7,7 +7,9 @@ and builds the module in the target's dtype and device. Names:
 - ``tiny`` — an independent ``LlamaForCausalLM`` (the target's first layers, the top ones distilled),
   usable by ``sps`` and by Hugging Face's ``generate(assistant_model=…)``;
 - ``exit@ℓ-norm`` / ``exit@ℓ-layer`` — early-exit heads for ``eesd``;
-- ``eagle`` — the EAGLE feature head (chain drafting in ``sps``; trees later).
+- ``eagle`` — the EAGLE feature head (chain drafting in ``sps``; trees later);
+- ``ss`` — Draft-4L with speculative-streaming lookahead streams (``sps``; Mirror-SD's draft);
+- ``cats@ℓ`` — the CATS adapter at ℓ (draft boundary L_DM, shallow verifier L_SV); ``eesd(head=cats)``.
 
 Frozen parts shared with the target (embeddings, LM head, copied lower layers) are not stored: they
 are taken from the target at load time, which keeps every file small.
@@ -23,10 +25,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..layers import LayerStack
-from .heads import DraftHead, EagleHead, ExitLayerHead, ExitNormHead
+from .heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from .model_draft import tiny_model
+from .streaming import StreamingDraft
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
-KINDS = ("tiny", "exit_norm", "exit_layer", "eagle")
+KINDS = ("tiny", "exit_norm", "exit_layer", "eagle", "ss", "cats_adapter")
 
 
 def drafts_dir() -> Path:
@@ -40,7 +44,8 @@ def available() -> list[str]:
 
 
 def exit_head_name(exit_layer: int, kind: str) -> str:
-    return f"exit@{exit_layer}-{kind}"
+    """``exit@ℓ-norm`` / ``exit@ℓ-layer``, or ``cats@ℓ`` for the CATS adapter at ℓ."""
+    return f"cats@{exit_layer}" if kind == "cats" else f"exit@{exit_layer}-{kind}"
 
 
 def read_card(name: str) -> dict:
@@ -69,35 +74,29 @@ def build_module(card: dict, stack: LayerStack) -> torch.nn.Module:
         return ExitNormHead(stack, vocab_ids)
     if kind == "exit_layer":
         return ExitLayerHead(stack, vocab_ids, card["exit_layer"])
+    if kind == "cats_adapter":
+        return AdapterHead(stack, vocab_ids, card["exit_layer"])
     if kind == "eagle":
         return EagleHead(stack, vocab_ids)
+    if kind == "ss":
+        return StreamingDraft(stack, vocab_ids, card["layers"], card["stream_layers"], card["streams"])
     if kind == "tiny":
         return tiny_model(stack, card["layers"])
     raise ValueError(f"model card kind must be one of {KINDS}, got {kind!r}")
 
 
-def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:
-    """A standard LlamaForCausalLM made of the target's embeddings, first ``n_layers`` layers and norm."""
-    config = type(stack.config)(**{**stack.config.to_dict(), "num_hidden_layers": n_layers,
-                                   "tie_word_embeddings": True})
-    model = type(stack.model)(config)
-    state = {k: v for k, v in stack.model.state_dict().items()
-             if not k.startswith("model.layers.") or int(k.split(".")[2]) < n_layers}
-    model.load_state_dict(state, strict=False)
-    model.tie_weights()
-    return model.to(stack.dtype).eval()
-
-
 def trained_state(module: torch.nn.Module, card: dict) -> dict:
     """The trained tensors a drafter's file holds (the draft vocabulary is stored beside them)."""
-    if card["kind"] == "tiny":
-        keep = tuple(f"model.layers.{i}." for i in card["trained_layers"]) + ("model.norm.",)
+    if card["kind"] in ("tiny", "ss"):
+        model = "model." if card["kind"] == "tiny" else "model.model."
+        keep = tuple(f"{model}layers.{i}." for i in card["trained_layers"]) + (f"{model}norm.", "streams")
         return {k: v for k, v in module.state_dict().items() if k.startswith(keep)}
     return dict(module.state_dict())
 
 
 def draft_vocab(module: torch.nn.Module) -> torch.Tensor:
-    return module.head.vocab_ids if isinstance(module, DraftHead) else module.draft_vocab
+    head = getattr(module, "head", None)  # heads and ss read out through a SharedHead; tiny keeps a buffer
+    return head.vocab_ids if head is not None else module.draft_vocab
 
 
 def save_trained(name: str, module: torch.nn.Module, card: dict) -> Path:
@@ -138,7 +137,7 @@ def load_trained(name: str, stack: LayerStack) -> tuple[torch.nn.Module, dict]:
 
 
 def set_vocab(module: torch.nn.Module, vocab_ids: torch.Tensor) -> None:
-    if isinstance(module, DraftHead):
+    if getattr(module, "head", None) is not None:
         module.head.vocab_ids = vocab_ids.to(module.head.vocab_ids.device)
     else:
         module.register_buffer("draft_vocab", vocab_ids, persistent=False)

@@ -2,7 +2,8 @@
 
 The draft is the target's first ``exit_layer`` layers followed by an exit head: ``head="none"`` is the
 model's own final norm + LM head (untrained), ``"norm"`` and ``"layer"`` are the trained heads of
-``data/drafts/exit@ℓ-norm`` / ``exit@ℓ-layer`` (PPSD compares the two). Draft and target share one
+``data/drafts/exit@ℓ-norm`` / ``exit@ℓ-layer`` (PPSD compares the two), ``"cats"`` the CATS adapter
+``data/drafts/cats@ℓ`` (with ℓ = 3 this is Kangaroo, the baseline CATS compares against). Draft and target share one
 KV cache, so a verified round costs the deep layers only.
 """
 
@@ -18,7 +19,7 @@ from ..speculative import speculative_decode
 from ..trace import Event
 from .base import Method, MethodConfig, require_int
 
-HEADS = ("none", "norm", "layer")
+HEADS = ("none", "norm", "layer", "cats")
 
 
 @dataclass
@@ -47,6 +48,6 @@ class EarlyExitSelfSpeculation(Method):
         head = None
         if self.config.head != "none":
             head = self.engine.trained_drafter(exit_head_name(self.config.exit_layer, self.config.head))
-        name = f"exit@{self.config.exit_layer}" + ("" if head is None else f"-{self.config.head}")
+        name = exit_head_name(self.config.exit_layer, self.config.head) if head else f"exit@{self.config.exit_layer}"
         drafter = EarlyExitDrafter(ctx.target, self.config.exit_layer, head, name)
         yield from speculative_decode(ctx, drafter, self.config.gamma)

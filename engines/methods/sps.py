@@ -2,7 +2,8 @@
 
 The draft is ``self`` — the target's first ``draft_layers`` layers with its final norm and head, run
 as a separate model with its own cache — a trained drafter from ``data/drafts`` (``tiny``, or the
-feature-level ``eagle`` head drafting a chain), or any Hugging Face causal LM (local path, or a hub
+feature-level ``eagle`` head drafting a chain, or the speculative-streaming ``ss`` draft proposing 1 + S tokens
+per forward), or any Hugging Face causal LM (local path, or a hub
 id already in the local cache) that uses exactly the target's tokenizer. Trained drafters propose
 from their draft vocabulary; ``full_vocab=True`` gives ``tiny`` the whole 49k-token head instead
 (as Hugging Face's assisted generation runs it).
@@ -14,14 +15,14 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..decoding import DecodeContext
-from ..drafters import EagleDrafter, ModelDrafter
+from ..drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from ..drafters.heads import SharedHead
 from ..layers import LayerStack
 from ..speculative import speculative_decode
 from ..trace import Event
 from .base import Method, MethodConfig, require_int
 
-TRAINED_DRAFTS = ("tiny", "eagle")
+TRAINED_DRAFTS = ("tiny", "eagle", "ss")
 
 
 @dataclass
@@ -58,6 +59,8 @@ class SpeculativeSampling(Method):
             drafter = ModelDrafter(ctx.target, self.config.draft_layers, f"self[:{self.config.draft_layers}]")
         elif draft == "eagle":
             drafter = EagleDrafter(self.engine.trained_drafter("eagle"))
+        elif draft == "ss":
+            drafter = StreamingDrafter(self.engine.trained_drafter("ss"))
         elif draft == "tiny":
             model = self.engine.trained_drafter("tiny")
             stack = LayerStack(model)

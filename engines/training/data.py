@@ -94,3 +94,20 @@ def distill_loss(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor) -
     """KL(p ‖ q) on the draft vocabulary: the reduced-vocabulary form of the papers' distillation loss."""
     student = torch.log_softmax(student_logits.float(), -1)
     return torch.sum(teacher_logprobs.exp() * (teacher_logprobs - student), -1).mean()
+
+
+def topk_distill_loss(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor, k: int) -> torch.Tensor:
+    """CATS's reduced KL: KL(p̃ ‖ q) = Σ_{v ∈ top-K(p)} p̃(v)·(log p̃(v) − log q(v)), p̃ the target
+    renormalised on its top K. The paper writes the cross-entropy −Σ p̃·log q, which differs by the
+    constant H(p̃); the KL form reaches 0 at the optimum, so its curve shows how much is left to learn."""
+    top, index = teacher_logprobs.topk(min(k, teacher_logprobs.shape[-1]), dim=-1)
+    target = torch.log_softmax(top, -1)
+    student = torch.log_softmax(student_logits.float(), -1).gather(-1, index)
+    return (target.exp() * (target - student)).sum(-1).mean()
+
+
+def vocab_index(vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Full-vocabulary id → position in the draft vocabulary, −1 for tokens outside it."""
+    index = torch.full((vocab_size,), -1, dtype=torch.long)
+    index[vocab_ids] = torch.arange(len(vocab_ids))
+    return index

@@ -8,11 +8,14 @@ from typing import Callable
 
 import torch
 
-from ..drafters.heads import EagleHead, ExitLayerHead, ExitNormHead
-from ..drafters.trained import exit_head_name, save_trained, tiny_model
+from ..drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from ..drafters.model_draft import tiny_model
+from ..drafters.streaming import StreamingDraft
+from ..drafters.trained import exit_head_name, save_trained
 from ..layers import LayerStack
 from .data import draft_vocabulary, split_corpus, vocabulary_coverage
-from .train import EagleStudent, ExitStudent, FitResult, Student, TinyStudent, TrainConfig, file_sha256, fit
+from .train import (AdapterStudent, EagleStudent, ExitStudent, FitResult, StreamingStudent, Student, TinyStudent,
+                    TrainConfig, file_sha256, fit)
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192
@@ -21,12 +24,18 @@ LOSSES = {
     "exit_layer": "KL(target ‖ head) on the draft vocabulary",
     "eagle": "SmoothL1(feature) + 0.1·KL(target ‖ head) on the draft vocabulary (EAGLE), noise 0.05·std on input features",
     "tiny": "KL(target ‖ draft) on the draft vocabulary",
+    "ss": "KL(target ‖ main stream) + Σ_j w^j·CE(stream j → token t+1+j) on the draft vocabulary (future n-gram)",
+    "cats_adapter": "reduced top-K KL(p̃ ‖ q), p̃ the target renormalised on its top K, on the draft vocabulary (CATS)",
 }
 
 
 def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
-                   tiny_layers: int = 4, tiny_trained: int = 2) -> tuple[list[Student], dict]:
-    """Students for ``kind`` (exit | eagle | tiny) and the card fields each one adds."""
+                   tiny_layers: int = 4, tiny_trained: int = 2, streams: int = 2, stream_weight: float = 0.5,
+                   dm_layer: int = 3,
+                   sv_layer: int = 15, top_k: int = 20) -> tuple[list[Student], dict]:
+    """Students for ``kind`` (exit | eagle | tiny | ss | cats) and the card fields each one adds.
+
+    ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers."""
     if kind == "exit":
         students, extra = [], {}
         for layer in exit_layers:
@@ -51,7 +60,25 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
         return [TinyStudent("tiny", model, trained, vocab_ids)], \
             {"tiny": {"kind": "tiny", "layers": tiny_layers, "trained_layers": trained,
                       "frozen_layers_from_target": list(range(tiny_layers - tiny_trained))}}
-    raise ValueError(f"drafter must be one of exit, eagle, tiny; got {kind!r}")
+    if kind == "ss":
+        draft = StreamingDraft(stack, vocab_ids, tiny_layers, tiny_trained, streams).float()
+        trained = list(range(draft.stream_start, tiny_layers))
+        return [StreamingStudent("ss", draft, trained, vocab_ids, stream_weight)], \
+            {"ss": {"kind": "ss", "layers": tiny_layers, "stream_layers": tiny_trained, "streams": streams,
+                    "stream_loss_weight": f"{stream_weight:g}^j",
+                    "trained_layers": trained, "frozen_layers_from_target": list(range(draft.stream_start))}}
+    if kind == "cats":
+        if not 1 <= dm_layer < sv_layer < stack.n_layers:
+            raise ValueError(f"cats needs 1 <= dm_layer ({dm_layer}) < sv_layer ({sv_layer}) < {stack.n_layers}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        students, extra = [], {}
+        for layer, role in ((dm_layer, "draft"), (sv_layer, "shallow_verifier")):
+            name = exit_head_name(layer, "cats")
+            students.append(AdapterStudent(name, AdapterHead(stack, vocab_ids, layer).float(), layer, top_k))
+            extra[name] = {"kind": "cats_adapter", "exit_layer": layer, "cats_role": role, "top_k": top_k}
+        return students, extra
+    raise ValueError(f"drafter must be one of exit, eagle, tiny, ss, cats; got {kind!r}")
 
 
 def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path = DEFAULT_CORPUS,

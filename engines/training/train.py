@@ -18,8 +18,9 @@ from typing import Callable
 import torch
 
 from ..drafters.heads import EagleHead, ExitLayerHead, ExitNormHead
+from ..drafters.streaming import StreamingDraft
 from ..layers import LayerStack
-from .data import Batch, batches, distill_loss, teacher
+from .data import Batch, batches, distill_loss, teacher, topk_distill_loss, vocab_index
 
 
 @dataclass
@@ -71,6 +72,18 @@ class ExitStudent(Student):
         return distill_loss(logits, signals["logprobs"]), logits
 
 
+class AdapterStudent(ExitStudent):
+    """A CATS adapter, trained with the reduced top-K KL instead of the full one."""
+
+    def __init__(self, name: str, head: ExitLayerHead, exit_layer: int, top_k: int = 20):
+        super().__init__(name, head, exit_layer)
+        self.top_k = top_k
+
+    def loss(self, batch, signals):
+        logits = self.module(signals["hidden"][self.exit_layer])[batch.loss_mask]
+        return topk_distill_loss(logits, signals["logprobs"], self.top_k), logits
+
+
 class EagleStudent(Student):
     feature_weight = 1.0
     kl_weight = 0.1
@@ -107,6 +120,46 @@ class TinyStudent(Student):
         hidden = self.module.model(input_ids=batch.ids).last_hidden_state[batch.loss_mask]
         logits = hidden @ self.module.lm_head.weight[self.vocab_ids].T
         return distill_loss(logits, signals["logprobs"]), logits
+
+
+class StreamingStudent(Student):
+    """Speculative streaming: the main stream imitates the target, stream j learns the token j further on.
+
+    The layers below the streams are the target's own (frozen), so the teacher pass already holds their
+    output and only the stream layers run here."""
+
+    def __init__(self, name: str, draft: StreamingDraft, trained_layers: list[int], vocab_ids: torch.Tensor,
+                 stream_weight: float = 0.5):
+        super().__init__(name, draft)
+        if not 0 < stream_weight <= 1:
+            raise ValueError(f"stream_weight must be in (0, 1], got {stream_weight}")
+        self.stream_weight = stream_weight  # stream j's loss weight is stream_weight ** j
+        draft.requires_grad_(False)
+        for i in trained_layers:
+            draft.model.model.layers[i].requires_grad_(True)
+        draft.model.model.norm.requires_grad_(True)
+        draft.streams.requires_grad_(True)
+        self.layers = (draft.stream_start,)
+        self.index = vocab_index(vocab_ids, draft.model.config.vocab_size)
+
+    def loss(self, batch, signals):
+        hidden = signals["hidden"][self.module.stream_start]
+        width = hidden.shape[1]
+        main, streams = self.module.run_streams(hidden, torch.arange(width))
+        main_logits = self.module.logits(main[batch.loss_mask])
+        loss = distill_loss(main_logits, signals["logprobs"])
+        for j in range(1, self.module.n_streams + 1):
+            # stream j at position t predicts token t+1+j, an answer token iff position t+j is a loss position
+            future = torch.full_like(batch.ids, -1)
+            future[:, : width - 1 - j] = self.index[batch.ids[:, 1 + j:]]
+            valid = torch.zeros_like(batch.loss_mask)
+            valid[:, : width - j] = batch.loss_mask[:, j:]
+            valid &= future >= 0
+            if valid.any():
+                stream_logits = self.module.logits(streams[:, :, j - 1][valid])
+                loss = loss + self.stream_weight ** j * torch.nn.functional.cross_entropy(
+                    stream_logits.float(), future[valid])
+        return loss, main_logits
 
 
 @dataclass
