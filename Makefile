@@ -32,7 +32,7 @@ browser-deps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 test: install browser-deps
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 	$(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks
 
 test-fast: install

@@ -26,8 +26,10 @@ from .sweep import draft_seconds
 
 DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
                    "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
-TRAINED_METHODS = ["sps(draft=tiny)", "sps(draft=tiny,full_vocab=true)", "hf_assisted", "sps(draft=eagle)",
-                   "eesd(exit_layer=8,head=norm)", "eesd(exit_layer=8,head=layer)"]
+TRAINED_METHODS = {  # method → the shipped drafter it needs
+    "sps(draft=tiny)": "tiny", "sps(draft=tiny,full_vocab=true)": "tiny", "hf_assisted": "tiny",
+    "sps(draft=eagle)": "eagle", "sps(draft=ss)": "ss", "eesd(exit_layer=8,head=norm)": "exit@8-norm",
+    "eesd(exit_layer=8,head=layer)": "exit@8-layer", "eesd(exit_layer=3,head=cats)": "cats@3"}
 _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
 
 
@@ -137,9 +139,7 @@ def default_methods() -> list[str]:
     from engines.drafters.trained import available
 
     shipped = set(available())
-    trained = [m for m in TRAINED_METHODS if ("tiny" not in m or "tiny" in shipped) and
-               ("eagle" not in m or "eagle" in shipped) and ("head=" not in m or any(n.startswith("exit@") for n in shipped))]
-    return DEFAULT_METHODS + trained
+    return DEFAULT_METHODS + [method for method, drafter in TRAINED_METHODS.items() if drafter in shipped]
 
 
 def select_prompts(prompts, limit: int | None = None, per_category: int | None = None):
