@@ -88,3 +88,26 @@ def forward_cost_figure(runs: dict[str, list[dict]]) -> go.Figure:
                       xaxis=dict(title="tokens in one forward", type="log", tickvals=sorted(ticks)),
                       yaxis=dict(title="milliseconds per forward", type="log"), height=420)
     return fig
+
+
+def exit_agreement(stack: LayerStack, sequences: Sequence[Sequence[int]], layers: Sequence[int]) -> dict[int, float]:
+    """How often the model's own final norm + head, applied after layer ℓ, already picks the token the
+    full model picks (the "logit lens"), over every position of ``sequences``.
+
+    This is the acceptance ceiling of an untrained early exit at ℓ, and it shows how much work the
+    last layers do: where it is low even near the top, no shallow draft can agree often.
+    """
+    hits = {layer: 0 for layer in layers}
+    positions = 0
+    with torch.inference_mode():
+        for ids in sequences:
+            hidden = stack.embed(list(ids))
+            states, start = {}, 0
+            for stop in sorted(set(layers) | {stack.n_layers}):
+                hidden = stack.run_causal(hidden, start, stop)
+                states[stop], start = hidden, stop
+            final = stack.logits(states[stack.n_layers]).argmax(-1)
+            positions += len(final)
+            for layer in layers:
+                hits[layer] += int((stack.logits(states[layer]).argmax(-1) == final).sum())
+    return {layer: hits[layer] / positions for layer in layers}

@@ -57,3 +57,13 @@ def test_leviathan_formulas():
     assert optimal_gamma(0.9, 0.05) > optimal_gamma(0.5, 0.05)
     with pytest.raises(ValueError, match="alpha"):
         expected_tokens_per_round(1.5, 3)
+
+
+def test_exit_agreement_is_one_at_the_top_and_a_fraction_below(tiny_engine):
+    from specviz.measure import exit_agreement
+
+    sequences = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10]]
+    agreement = exit_agreement(tiny_engine.target, sequences, layers=[1, 2, 3])
+    assert agreement[3] == 1.0  # the last layer is the model itself
+    assert all(0.0 <= agreement[layer] <= 1.0 for layer in (1, 2))
+    assert agreement[1] < 1.0  # a random 3-layer model's first layer disagrees somewhere
