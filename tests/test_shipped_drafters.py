@@ -4,7 +4,7 @@ its drafts are accepted more often than those of the untrained drafter of the sa
 import pytest
 
 from engines.drafters.trained import available, read_card
-from specviz.drafter_cards import drafter_run_options
+from specviz.drafter_cards import EESD_HEADS, drafter_run_options
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
 NEW_TOKENS = 40
@@ -34,6 +34,6 @@ def untrained_counterpart(name: str) -> tuple[str, dict]:
     """An untrained drafter of about the same cost: the exit with the model's own head; for ``tiny`` its
     layers as an untrained self-draft (``ss`` too); for ``eagle`` (one decoder layer) a one-layer self-draft."""
     card = read_card(name)
-    if card["kind"] in ("exit_norm", "exit_layer", "cats_adapter"):
+    if card["kind"] in EESD_HEADS:
         return "eesd", {"exit_layer": card["exit_layer"], "head": "none", "gamma": 5}
     return "sps", {"draft": "self", "draft_layers": card.get("layers", 1), "gamma": 5}

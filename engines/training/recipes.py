@@ -31,8 +31,7 @@ LOSSES = {
 
 def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
                    tiny_layers: int = 4, tiny_trained: int = 2, streams: int = 2, stream_weight: float = 0.5,
-                   dm_layer: int = 3,
-                   sv_layer: int = 15, top_k: int = 20) -> tuple[list[Student], dict]:
+                   dm_layer: int = 3, sv_layer: int = 15, top_k: int = 20) -> tuple[list[Student], dict]:
     """Students for ``kind`` (exit | eagle | tiny | ss | cats) and the card fields each one adds.
 
     ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers."""
