@@ -42,8 +42,9 @@ class Sampler:
         return probs
 
     def draw(self, probs: torch.Tensor) -> int:
-        """One token from a single distribution ``[V]``."""
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        """One token from a single distribution ``[V]``; drawn where the generator lives, so a seed gives
+        the same random stream whichever device computed ``probs``."""
+        return int(torch.multinomial(probs.to(self.generator.device, torch.float32), 1, generator=self.generator))
 
     def uniform(self) -> float:
         return float(torch.rand((), generator=self.generator))

@@ -45,7 +45,7 @@ def sample_chain(draft: list[int], draft_probs: torch.Tensor | None, target_prob
     for i, token in enumerate(draft):
         p = target_probs[i]
         q = draft_probs[i] if draft_probs is not None else torch.nn.functional.one_hot(
-            torch.tensor(token), p.shape[-1]).to(p.dtype)
+            torch.tensor(token, device=p.device), p.shape[-1]).to(p.dtype)
         if sampler.uniform() * float(q[token]) < float(p[token]):  # u < p/q without dividing by zero
             continue
         return Verdict(i, sampler.draw(residual_distribution(p, q)), "correction")

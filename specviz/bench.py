@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -29,7 +30,8 @@ DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(d
 TRAINED_METHODS = {  # method → the shipped drafter it needs
     "sps(draft=tiny)": "tiny", "sps(draft=tiny,full_vocab=true)": "tiny", "hf_assisted": "tiny",
     "sps(draft=eagle)": "eagle", "sps(draft=ss)": "ss", "eesd(exit_layer=8,head=norm)": "exit@8-norm",
-    "eesd(exit_layer=8,head=layer)": "exit@8-layer", "eesd(exit_layer=3,head=cats)": "cats@3"}
+    "eesd(exit_layer=8,head=layer)": "exit@8-layer", "eesd(exit_layer=15,head=norm)": "exit@15-norm",
+    "eesd(exit_layer=3,head=cats)": "cats@3"}
 _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
 
 
@@ -159,7 +161,9 @@ def select_prompts(prompts, limit: int | None = None, per_category: int | None =
 
 def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, limit: int | None = None, progress: bool = True,
-              per_category: int | None = None) -> dict:
+              per_category: int | None = None, checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Every method on every prompt, ``ar`` first. ``checkpoint`` receives the results so far after each
+    prompt (``setup.complete`` false until the end), so a run cut short still leaves its measurements."""
     specs = [parse_method(m) for m in methods]
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, parse_method("ar"))
@@ -169,6 +173,7 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
         run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", disable=not progress)
+    done = 0
     for prompt in prompts:
         ar_answers: list[list[int]] = []
         for spec in specs:
@@ -183,12 +188,18 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
                     tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
+        done += 1
+        if checkpoint and done < len(prompts):
+            checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False)))
     bar.close()
-    results = {}
-    for spec in specs:
-        ar_rates = {k: t.new_tokens / t.decode_seconds for k, t in tallies["ar"].items()}
-        results[spec.label] = {key: tally.summary(ar_rates.get(key)) for key, tally in tallies[spec.label].items()}
-    return {"setup": setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts)), "methods": results}
+    return summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts)))
+
+
+def summarise(tallies: dict[str, dict[str, "Tally"]], setup: dict) -> dict:
+    ar_rates = {k: t.new_tokens / t.decode_seconds for k, t in tallies["ar"].items()}
+    methods = {label: {key: tally.summary(ar_rates.get(key)) for key, tally in by_key.items()}
+               for label, by_key in tallies.items()}
+    return {"setup": setup, "methods": methods}
 
 
 def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperature, seed):
@@ -201,11 +212,11 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
     return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events)
 
 
-def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts) -> dict:
+def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True) -> dict:
     return {"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "prompts": str(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
-            "temperature": temperature}
+            "temperature": temperature, "complete": complete}
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -215,7 +226,8 @@ def _fmt(value, pattern="{:.2f}"):
 def to_markdown(results: dict) -> str:
     setup, methods = results["setup"], results["methods"]
     lines = [f"# specviz bench — {setup['model']} ({setup['dtype']}, {setup['device']}, {setup['threads']} threads)",
-             "", f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
+             "", ("" if setup.get("complete", True) else "**Partial: the run stopped early.** ") +
+             f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
              "bonus/correction token; α = accepted ÷ drafted.", "",
              "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",

@@ -41,7 +41,7 @@ def measure_acceptance(engine: Engine, name: str, max_new_tokens: int = 48, temp
             "alpha": round(accepted / drafted, 4) if drafted else None,
             "tau": round(round_tokens / rounds, 4) if rounds else None}
     return {"gamma": GAMMA, "prompts": "first prompt of each category in data/prompts.jsonl",
-            "max_new_tokens": max_new_tokens, "dtype": engine.dtype, **measured}
+            "max_new_tokens": max_new_tokens, "dtype": engine.dtype, "device": engine.device.split(":")[0], **measured}
 
 
 def record_acceptance(engine: Engine, name: str, **kwargs) -> dict:

@@ -49,6 +49,8 @@ def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_toke
         start = time.perf_counter()
         with torch.inference_mode():
             out = engine.model.generate(inputs, attention_mask=attention, max_new_tokens=n, min_new_tokens=0, **kwargs)
+        if out.is_cuda:  # kernels may still be queued; the engine's loop syncs every step by reading tokens
+            torch.cuda.synchronize(out.device)
         return time.perf_counter() - start, out
 
     prefill_seconds, _ = timed(1)

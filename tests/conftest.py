@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,6 +26,17 @@ def tiny_llama(vocab: int = 8, layers: int = 2, seed: int = 0, logit_scale: floa
         model.lm_head.weight.mul_(logit_scale)  # peakier distributions make a wrong rule easier to see
     model.config._attn_implementation = "sdpa"
     return model
+
+
+def write_answer_corpus(engine: Engine, path, prompts: int, answer_tokens: int, vocab: int = 64) -> None:
+    """A miniature distillation corpus: ``engine`` answers random prompts greedily (trainer tests)."""
+    generator = torch.Generator().manual_seed(0)
+    with open(path, "w") as out:
+        for i in range(prompts):
+            prompt = torch.randint(0, vocab, (6,), generator=generator).tolist()
+            answer = engine.run(prompt, "ar", max_new_tokens=answer_tokens).token_ids
+            out.write(json.dumps({"id": f"q{i}", "category": "qa", "mode": "greedy", "turn": 0, "temperature": 0.0,
+                                  "seed": 0, "prompt_ids": prompt, "answer_ids": answer}) + "\n")
 
 
 @pytest.fixture(scope="session")

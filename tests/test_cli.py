@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from specviz.bench import parse_method, split_methods, to_markdown
+from specviz.bench import parse_method, run_bench, split_methods, to_markdown
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
@@ -62,6 +62,19 @@ def test_bench_writes_results(tmp_path):
     assert methods["pld"]["overall"]["equals_ar"] == 1.0  # fp32 greedy: lossless
     assert methods["hf_ar"]["overall"]["equals_ar"] == 1.0  # the same model, decoded by transformers
     assert "| sps(gamma=2,draft_layers=2) |" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_bench_checkpoints_after_each_prompt(real_engine, tmp_path):
+    """A bench cut short keeps what it measured: partial results after every prompt but the last."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n" for i, (c, t) in
+                               enumerate([("qa", "What is 2 + 2?"), ("rag", "Name a planet.")])))
+    partials = []
+    final = run_bench(real_engine, prompts, ["pld"], max_new_tokens=4, progress=False, checkpoint=partials.append)
+    assert [p["setup"]["n_prompts"] for p in partials] == [1] and not partials[0]["setup"]["complete"]
+    assert set(partials[0]["methods"]["pld"]) == {"qa", "overall"}
+    assert final["setup"]["complete"] and set(final["methods"]["pld"]) == {"qa", "rag", "overall"}
+    assert "Partial" in to_markdown(partials[0]) and "Partial" not in to_markdown(final)
 
 
 def test_method_specs():

@@ -11,7 +11,7 @@ from engines import Engine
 from engines.drafters.trained import load_trained
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, write_answer_corpus
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +20,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("drafts")
     engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
     corpus = root / "corpus.jsonl"
-    generator = torch.Generator().manual_seed(0)
-    with open(corpus, "w") as out:
-        for i in range(60):
-            prompt = torch.randint(0, 64, (6,), generator=generator).tolist()
-            answer = engine.run(prompt, "ar", max_new_tokens=24).token_ids
-            out.write(json.dumps({"id": f"q{i}", "category": "qa", "mode": "greedy", "turn": 0, "temperature": 0.0,
-                                  "seed": 0, "prompt_ids": prompt, "answer_ids": answer}) + "\n")
+    write_answer_corpus(engine, corpus, prompts=60, answer_tokens=24)
     return engine, corpus, root
 
 

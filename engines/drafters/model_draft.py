@@ -72,4 +72,4 @@ def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:
     state = {k: v for k, v in stack.model.state_dict().items()
              if not k.startswith("model.layers.") or int(k.split(".")[2]) < n_layers}
     model.load_state_dict(state, strict=False)
-    return model.to(stack.dtype).eval()
+    return model.to(stack.device, stack.dtype).eval()

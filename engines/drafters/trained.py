@@ -102,8 +102,8 @@ def draft_vocab(module: torch.nn.Module) -> torch.Tensor:
 def save_trained(name: str, module: torch.nn.Module, card: dict) -> Path:
     folder = drafts_dir() / name
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.half().contiguous() for k, v in trained_state(module, card).items()}
-    state["draft_vocab"] = draft_vocab(module).to(torch.int32).contiguous()
+    state = {k: v.half().cpu().contiguous() for k, v in trained_state(module, card).items()}
+    state["draft_vocab"] = draft_vocab(module).to("cpu", torch.int32).contiguous()
     save_file(state, str(folder / "model.safetensors"))
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return folder

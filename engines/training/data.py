@@ -24,6 +24,9 @@ class Batch:
     ids: torch.Tensor  # [B, T], right-padded
     loss_mask: torch.Tensor  # [B, T] True where position t predicts an answer token t+1
 
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.ids.to(device), self.loss_mask.to(device))
+
 
 def held_out(record: dict, fraction: float = 0.05) -> bool:
     """A stable split by prompt id, so every turn and mode of a prompt lands on the same side."""
@@ -108,6 +111,6 @@ def topk_distill_loss(student_logits: torch.Tensor, teacher_logprobs: torch.Tens
 
 def vocab_index(vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Full-vocabulary id → position in the draft vocabulary, −1 for tokens outside it."""
-    index = torch.full((vocab_size,), -1, dtype=torch.long)
-    index[vocab_ids] = torch.arange(len(vocab_ids))
+    index = torch.full((vocab_size,), -1, dtype=torch.long, device=vocab_ids.device)
+    index[vocab_ids] = torch.arange(len(vocab_ids), device=vocab_ids.device)
     return index

@@ -90,7 +90,10 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
     train, heldout = split_corpus(corpus)
     eos = tuple(t for r in train for t in r["answer_ids"][-1:])  # answers end in EOS unless cut short
     vocab_ids = draft_vocabulary(train, draft_vocab_size, always=tuple(sorted(set(eos)))[:4])
+    vocab_ids = vocab_ids.to(stack.device)
     students, extra = build_students(kind, stack, vocab_ids, **options)
+    for student in students:
+        student.module.to(stack.device)
     result: FitResult = fit(stack, students, train, heldout, vocab_ids, config, progress)
     saved = []
     for student in students:
@@ -105,6 +108,8 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                      "train_positions_seen": result.train_tokens},
             "training": {"loss": LOSSES[extra[student.name]["kind"]], "steps": result.steps, "epochs": config.epochs,
                          "batch_tokens": config.batch_tokens, "lr": config.lr, "seed": config.seed,
+                         "device": stack.device.type, "teacher_dtype": str(stack.dtype).removeprefix("torch."),
+                         "float32_matmul_precision": torch.get_float32_matmul_precision(),
                          "seconds_all_students": round(result.seconds, 1), "loss_curve": result.curves[student.name],
                          "date": time.strftime("%Y-%m-%d")},
             "heldout_top1_agreement": round(result.heldout_agreement[student.name], 4),

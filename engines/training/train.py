@@ -189,7 +189,7 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
     for s in students:
         s.module.train()
     for step in range(total):
-        batch = epoch_batches[step % len(epoch_batches)]
+        batch = epoch_batches[step % len(epoch_batches)].to(stack.device)
         signals = teacher(stack, batch, layers, vocab_ids)
         tokens += int(batch.loss_mask.sum())
         losses = {}
@@ -217,6 +217,7 @@ def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers)
     for s in students:
         s.module.eval()
     for batch in batches(heldout, batch_tokens, seed=0):
+        batch = batch.to(stack.device)
         signals = teacher(stack, batch, layers, vocab_ids)
         target_top = signals["logprobs"].argmax(-1)
         count += len(target_top)
