@@ -200,7 +200,7 @@ def train_command(args) -> int:
 
     for name, card in saved:
         acceptance = record_acceptance(engine, name)
-        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']:.3f}, final loss "
+        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']}, final loss "
               f"{card['training']['loss_curve'][-1][1]:.3f}; γ=5 greedy α {acceptance['greedy']['alpha']}, "
               f"τ {acceptance['greedy']['tau']}")
     return 0

@@ -2,9 +2,11 @@
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
+from engines.training.data import held_out
 from specviz.bench import parse_method, run_bench, split_methods, to_markdown
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -75,6 +77,25 @@ def test_bench_checkpoints_after_each_prompt(real_engine, tmp_path):
     assert set(partials[0]["methods"]["pld"]) == {"qa", "overall"}
     assert final["setup"]["complete"] and set(final["methods"]["pld"]) == {"qa", "rag", "overall"}
     assert "Partial" in to_markdown(partials[0]) and "Partial" not in to_markdown(final)
+
+
+def test_train_command_writes_a_card_with_measured_acceptance(tmp_path):
+    """`specviz train` end to end on the real target: one step on a few corpus records, then the card."""
+    lines = (pathlib.Path(__file__).parents[1] / "data" / "distill" / "corpus.jsonl").read_text().splitlines()
+    heldout = [line for line in lines[:200] if held_out(json.loads(line))]
+    records = lines[:3] + heldout[:1]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(records) + "\n")
+    done = subprocess.run([sys.executable, "-m", "specviz.cli", "train", "exit", "--exit-layers", "4", "--heads", "norm",
+                           "--max-steps", "1", "--batch-tokens", "256", "--corpus", str(corpus), "--dtype", "float32"],
+                          capture_output=True, text=True, env={**ENV, "SPECVIZ_DRAFTS": str(tmp_path)}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    card = json.loads((tmp_path / "exit@4-norm" / "card.json").read_text())
+    assert card["training"]["steps"] == 1 and card["training"]["device"] == "cpu"
+    assert card["training"]["float32_matmul_precision"] == "highest"
+    assert card["command"].startswith("specviz train exit") and "--max-steps 1" in card["command"]
+    assert card["acceptance"]["device"] == "cpu" and 1.0 <= card["acceptance"]["greedy"]["tau"] <= 6.0
+    assert "exit@4-norm: held-out top-1 agreement" in done.stdout
 
 
 def test_method_specs():

@@ -112,10 +112,14 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                          "float32_matmul_precision": torch.get_float32_matmul_precision(),
                          "seconds_all_students": round(result.seconds, 1), "loss_curve": result.curves[student.name],
                          "date": time.strftime("%Y-%m-%d")},
-            "heldout_top1_agreement": round(result.heldout_agreement[student.name], 4),
+            "heldout_top1_agreement": _rounded(result.heldout_agreement[student.name]),
             "command": command,
         }
         student.module.eval()
         save_trained(student.name, student.module, card)
         saved.append((student.name, card))
     return saved
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)  # None: the corpus held no held-out record
