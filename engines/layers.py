@@ -103,6 +103,15 @@ class LayerStack:
                 hidden = hidden[0]
         return hidden
 
+    def causal_states(self, ids: list[int] | torch.Tensor, layers) -> dict[int, torch.Tensor]:
+        """Hidden states after each layer in ``layers`` and after the last one, for whole sequences
+        (no cache): one pass serves every exit a trainer or a measurement looks at."""
+        hidden, start, states = self.embed(ids), 0, {}
+        for stop in sorted(set(layers) | {self.n_layers}):
+            hidden = self.run_causal(hidden, start, stop)
+            states[stop], start = hidden, stop
+        return states
+
     def logits(self, hidden: torch.Tensor, head: torch.nn.Module | None = None) -> torch.Tensor:
         """Final norm + LM head (or a trained exit head), as fp32 ``[n, vocab]``."""
         if head is not None:

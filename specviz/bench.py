@@ -173,8 +173,7 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
         run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", disable=not progress)
-    done = 0
-    for prompt in prompts:
+    for done, prompt in enumerate(prompts, 1):
         ar_answers: list[list[int]] = []
         for spec in specs:
             messages: list[dict] = []
@@ -188,7 +187,6 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
                     tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
-        done += 1
         if checkpoint and done < len(prompts):
             checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False)))
     bar.close()

@@ -101,11 +101,7 @@ def exit_agreement(stack: LayerStack, sequences: Sequence[Sequence[int]], layers
     positions = 0
     with torch.inference_mode():
         for ids in sequences:
-            hidden = stack.embed(list(ids))
-            states, start = {}, 0
-            for stop in sorted(set(layers) | {stack.n_layers}):
-                hidden = stack.run_causal(hidden, start, stop)
-                states[stop], start = hidden, stop
+            states = stack.causal_states(list(ids), layers)
             final = stack.logits(states[stack.n_layers]).argmax(-1)
             positions += len(final)
             for layer in layers:

@@ -83,14 +83,11 @@ def batches(records: list[dict], max_tokens: int, seed: int, max_len: int = 512)
 def teacher(stack: LayerStack, batch: Batch, layers: tuple[int, ...], vocab_ids: torch.Tensor) -> dict:
     """Hidden states after each layer in ``layers`` ``[B, T, d]`` (fp32), the normed final feature,
     and the target's log-probabilities on the draft vocabulary at the loss positions ``[M, V']``."""
-    hidden, start, states = stack.embed(batch.ids), 0, {}
-    for stop in sorted(set(layers) | {stack.n_layers}):
-        hidden = stack.run_causal(hidden, start, stop)
-        start = stop
-        states[stop] = hidden.float()
-    final = stack.backbone.norm(hidden)
+    states = stack.causal_states(batch.ids, layers)
+    final = stack.backbone.norm(states[stack.n_layers])
     logits = final[batch.loss_mask].float() @ stack.model.lm_head.weight[vocab_ids].float().T
-    return {"hidden": states, "feature": final.float(), "logprobs": torch.log_softmax(logits, -1)}
+    return {"hidden": {layer: hidden.float() for layer, hidden in states.items()}, "feature": final.float(),
+            "logprobs": torch.log_softmax(logits, -1)}
 
 
 def distill_loss(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
