@@ -10,7 +10,7 @@ prefill produces belongs to no round; target calls count the prefill plus one ca
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from .trace import Commit, Event, Prefill, RunEnd
@@ -31,6 +31,9 @@ class Stats:
     acceptance_by_position: list
     positions_tested: int  # draft positions the target actually judged (a rejection ends the round)
     per_token_acceptance: float  # accepted ÷ positions tested: Leviathan's α under an i.i.d. model
+    # The counts behind acceptance_by_position, so runs can be pooled (the benchmark sums them over prompts).
+    reached_by_position: list = field(default_factory=list)
+    passed_by_position: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,4 +77,6 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         acceptance_by_position=[p / r for p, r in zip(passed, reached)],
         positions_tested=sum(reached),
         per_token_acceptance=sum(passed) / sum(reached) if reached else 0.0,
+        reached_by_position=reached,
+        passed_by_position=passed,
     )

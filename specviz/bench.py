@@ -101,6 +101,8 @@ class Tally:
         self.new_tokens = self.decode_seconds = self.rounds = self.round_tokens = 0
         self.drafted = self.accepted = self.turns = self.equal_turns = 0
         self.draft_seconds = 0.0
+        self.reached_by_position: list[int] = []
+        self.passed_by_position: list[int] = []
         self.has_rounds = self.compared = False
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0):
@@ -116,9 +118,17 @@ class Tally:
             self.drafted += stats.drafted
             self.accepted += stats.accepted
             self.draft_seconds += draft_seconds
+            for position, (reached, passed) in enumerate(zip(stats.reached_by_position, stats.passed_by_position)):
+                if position == len(self.reached_by_position):
+                    self.reached_by_position.append(0)
+                    self.passed_by_position.append(0)
+                self.reached_by_position[position] += reached
+                self.passed_by_position[position] += passed
 
     def summary(self, ar_tokens_per_s: float | None) -> dict:
-        """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model)."""
+        """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model).
+        ``alpha_by_position``: at each draft depth, accepted ÷ rounds that reached it — flat if the drafter
+        is equally good everywhere in its window, falling if its own earlier guesses lead it astray."""
         tps = self.new_tokens / self.decode_seconds if self.decode_seconds else 0.0
         draft_cost = None
         if self.drafted and self.draft_seconds and ar_tokens_per_s:
@@ -130,6 +140,7 @@ class Tally:
             "alpha": self.accepted / self.drafted if self.drafted else (0.0 if self.has_rounds else None),
             "equals_ar": (self.equal_turns / self.turns) if self.compared else None,
             "draft_cost": draft_cost,
+            "alpha_by_position": [p / r for p, r in zip(self.passed_by_position, self.reached_by_position)],
             "new_tokens": self.new_tokens,
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
@@ -241,7 +252,24 @@ def to_markdown(results: dict) -> str:
         cells = [f"{_fmt(by_category[c]['speedup'])}× ({_fmt(by_category[c]['tau'])}, {_fmt(by_category[c]['alpha'])})"
                  for c in categories]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + position_table(methods)) + "\n"
+
+
+def position_table(methods: dict) -> list[str]:
+    """Markdown rows of α at each draft depth (overall), for the methods that drafted."""
+    by_label = {label: m["overall"].get("alpha_by_position") or [] for label, m in methods.items()}
+    by_label = {label: alphas for label, alphas in by_label.items() if alphas}
+    if not by_label:
+        return []
+    depth = max(len(alphas) for alphas in by_label.values())
+    lines = ["", "## α by draft position (overall)", "",
+             "Accepted ÷ rounds that reached the position: the first column is how often the drafter's first "
+             "guess is right, the rest show whether its later guesses hold up.", "",
+             "| method | " + " | ".join(str(d) for d in range(1, depth + 1)) + " |", "|---" * (depth + 1) + "|"]
+    for label, alphas in by_label.items():
+        cells = [_fmt(a) for a in alphas] + ["—"] * (depth - len(alphas))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_results(results: dict, out_dir) -> tuple[Path, Path]:

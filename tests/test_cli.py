@@ -6,8 +6,10 @@ import pathlib
 import subprocess
 import sys
 
+from engines.stats import compute_stats
+from engines.trace import Commit
 from engines.training.data import held_out
-from specviz.bench import parse_method, run_bench, split_methods, to_markdown
+from specviz.bench import Tally, parse_method, run_bench, split_methods, to_markdown
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
@@ -119,3 +121,23 @@ def test_markdown_table_shape():
                "methods": {"ar": {"qa": summary, "overall": summary}}}
     text = to_markdown(results)
     assert "| ar | 10.0 | 1.00× | 1.00 | — | — | 100% |" in text
+    assert "by draft position" not in text  # nothing drafted, no position table
+
+
+def test_bench_pools_acceptance_by_position_over_runs():
+    """Counts are summed before dividing, so a long run weighs more than a short one."""
+    def run(*rounds):  # (drafted, accepted) per round
+        commits = [Commit(t=0.0, round=0, tokens=[0], fates=["target"], pieces=["a"], drafted=0, accepted=0)]
+        commits += [Commit(t=0.1 * r, round=r, tokens=[0] * (a + 1), fates=["accepted"] * a + ["correction"],
+                           pieces=["a"] * (a + 1), drafted=d, accepted=a) for r, (d, a) in enumerate(rounds, 1)]
+        return compute_stats(commits)
+
+    tally = Tally()
+    tally.add(5, 1.0, True, run((2, 2), (2, 0)))  # position 1: 1 of 2, position 2: 1 of 1
+    tally.add(3, 1.0, True, run((2, 0), (2, 0)))  # position 1: 0 of 2
+    summary = tally.summary(10.0)
+    assert summary["alpha_by_position"] == [1 / 4, 1.0]
+    results = {"setup": {"model": "m", "dtype": "float32", "device": "cpu", "threads": 2, "n_prompts": 2,
+                         "prompts": "p", "max_new_tokens": 8, "temperature": 0.0},
+               "methods": {"pld": {"qa": summary, "overall": summary}}}
+    assert "| pld | 0.25 | 1.00 |" in to_markdown(results)

@@ -59,3 +59,4 @@ def test_stats_definitions():
     assert stats.acceptance_rate == 2 / 8
     assert stats.acceptance_by_position == [0.5, 1.0, 0.0]
     assert stats.positions_tested == 4 and stats.per_token_acceptance == 0.5
+    assert stats.reached_by_position == [2, 1, 1] and stats.passed_by_position == [1, 1, 0]
