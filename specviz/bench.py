@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from engines import Engine, get_method
 
 from .hf_baselines import HF_METHODS, hf_generate
-from .prompts import load_prompts
+from .prompts import DEFAULT_PROMPTS, load_prompts
 from .sweep import draft_seconds
 
 DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
@@ -141,6 +141,7 @@ class Tally:
             "equals_ar": (self.equal_turns / self.turns) if self.compared else None,
             "draft_cost": draft_cost,
             "alpha_by_position": [p / r for p, r in zip(self.passed_by_position, self.reached_by_position)],
+            "rounds_by_position": list(self.reached_by_position),
             "new_tokens": self.new_tokens,
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
@@ -224,8 +225,16 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True) -> dict:
     return {"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-            "prompts": str(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
+            "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
+
+
+def project_relative(path) -> str:
+    """``data/prompts.jsonl`` rather than one machine's absolute path, so recorded results read the same anywhere."""
+    try:
+        return str(Path(path).resolve().relative_to(DEFAULT_PROMPTS.parent.parent))
+    except ValueError:
+        return str(path)
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -264,7 +273,8 @@ def position_table(methods: dict) -> list[str]:
     depth = max(len(alphas) for alphas in by_label.values())
     lines = ["", "## α by draft position (overall)", "",
              "Accepted ÷ rounds that reached the position: the first column is how often the drafter's first "
-             "guess is right, the rest show whether its later guesses hold up.", "",
+             "guess is right, the rest show whether its later guesses hold up. Each rejection ends a round, so "
+             "deeper positions are reached by fewer rounds and read noisier.", "",
              "| method | " + " | ".join(str(d) for d in range(1, depth + 1)) + " |", "|---" * (depth + 1) + "|"]
     for label, alphas in by_label.items():
         cells = [_fmt(a) for a in alphas] + ["—"] * (depth - len(alphas))

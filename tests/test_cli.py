@@ -9,7 +9,8 @@ import sys
 from engines.stats import compute_stats
 from engines.trace import Commit
 from engines.training.data import held_out
-from specviz.bench import Tally, parse_method, run_bench, split_methods, to_markdown
+from specviz.bench import Tally, parse_method, project_relative, run_bench, split_methods, to_markdown
+from specviz.prompts import DEFAULT_PROMPTS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
@@ -124,6 +125,11 @@ def test_markdown_table_shape():
     assert "by draft position" not in text  # nothing drafted, no position table
 
 
+def test_recorded_prompt_paths_do_not_name_the_machine(tmp_path):
+    assert project_relative(DEFAULT_PROMPTS) == "data/prompts.jsonl"
+    assert project_relative(tmp_path / "mine.jsonl") == str(tmp_path / "mine.jsonl")
+
+
 def test_bench_pools_acceptance_by_position_over_runs():
     """Counts are summed before dividing, so a long run weighs more than a short one."""
     def run(*rounds):  # (drafted, accepted) per round
@@ -136,7 +142,7 @@ def test_bench_pools_acceptance_by_position_over_runs():
     tally.add(5, 1.0, True, run((2, 2), (2, 0)))  # position 1: 1 of 2, position 2: 1 of 1
     tally.add(3, 1.0, True, run((2, 0), (2, 0)))  # position 1: 0 of 2
     summary = tally.summary(10.0)
-    assert summary["alpha_by_position"] == [1 / 4, 1.0]
+    assert summary["alpha_by_position"] == [1 / 4, 1.0] and summary["rounds_by_position"] == [4, 1]
     results = {"setup": {"model": "m", "dtype": "float32", "device": "cpu", "threads": 2, "n_prompts": 2,
                          "prompts": "p", "max_new_tokens": 8, "temperature": 0.0},
                "methods": {"pld": {"qa": summary, "overall": summary}}}
