@@ -35,7 +35,8 @@ import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `stream
 from engines import METHODS, Engine
 from engines.model import DEFAULT_MODEL, default_dtype
 from engines.trace import Commit
-from specviz.figures import accepted_length_histogram, speedup_vs_gamma, token_stream_figure
+from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
+                              token_stream_figure)
 from specviz.prompts import load_prompts
 from specviz.sweep import gamma_sweep
 from specviz.tokens import legend_html, token_stream_html
@@ -276,9 +277,12 @@ else:
     hist, sweep_column = st.columns(2)
     with hist:
         st.subheader("Accepted length")
-        runs = {dh.method_label(run["method"], run["options"]): run["events"]}
+        label = dh.method_label(run["method"], run["options"])
+        runs = {label: run["events"]}
         if run["method"] != "ar":
             runs["ar"] = run["ar"]["events"]
         st.plotly_chart(accepted_length_histogram(runs))
+        if run["method"] != "ar":  # the diagnostic the benchmark's "α by draft position" table gives
+            st.plotly_chart(draft_depth_acceptance_figure({label: run["events"]}))
     with sweep_column:
         show_sweep(run)

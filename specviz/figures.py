@@ -6,6 +6,7 @@ from typing import Iterable, Sequence
 
 import plotly.graph_objects as go
 
+from engines.stats import compute_stats
 from engines.trace import Commit, Event
 
 from .theory import expected_speedup
@@ -50,6 +51,21 @@ def accepted_length_histogram(runs: dict[str, Sequence[Event]]) -> go.Figure:
                                    xbins=dict(start=0.5, end=max(lengths or [1]) + 0.5, size=1)))
     fig.update_layout(title="Tokens committed per target call", xaxis_title="accepted drafts + 1",
                       yaxis_title="fraction of rounds", barmode="group", bargap=0.1)
+    return fig
+
+
+def draft_depth_acceptance_figure(runs: dict[str, Sequence[Event]]) -> go.Figure:
+    """α at each draft depth: accepted ÷ rounds that reached it. A flat profile means the drafter's first
+    guess bounds τ; a falling one means its own earlier guesses lead it astray."""
+    fig = go.Figure()
+    for name, events in runs.items():
+        stats = compute_stats(events)
+        depths = list(range(1, len(stats.acceptance_by_position) + 1))
+        fig.add_trace(go.Bar(x=depths, y=stats.acceptance_by_position, name=name,
+                             customdata=stats.reached_by_position,
+                             hovertemplate="depth %{x}: α = %{y:.2f} over %{customdata} rounds<extra></extra>"))
+    fig.update_layout(title="Acceptance by draft depth", xaxis_title="draft position (1 = first guess)",
+                      yaxis_title="accepted ÷ rounds that reached it", yaxis_range=[0, 1], barmode="group")
     return fig
 
 

@@ -3,6 +3,7 @@
 from engines import Trace, compute_stats, read_jsonl, write_jsonl
 from engines.stats import Stats
 from engines.trace import Commit, DraftTree, StageSpan, Verification
+from specviz.figures import draft_depth_acceptance_figure
 
 
 def test_jsonl_round_trip_and_replayed_stats(tiny_engine, tmp_path):
@@ -60,3 +61,5 @@ def test_stats_definitions():
     assert stats.acceptance_by_position == [0.5, 1.0, 0.0]
     assert stats.positions_tested == 4 and stats.per_token_acceptance == 0.5
     assert stats.reached_by_position == [2, 1, 1] and stats.passed_by_position == [1, 1, 0]
+    figure = draft_depth_acceptance_figure({"run": commits})
+    assert list(figure.data[0].y) == [0.5, 1.0, 0.0] and list(figure.data[0].customdata) == [2, 1, 1]
