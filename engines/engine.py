@@ -164,4 +164,4 @@ class Engine:
         """Run to the end and return the result (the same events ``generate`` streams)."""
         events = list(self.generate(prompt, method, **kwargs))
         end: RunEnd = events[-1]
-        return RunResult(method, events[0].config, end.token_ids, end.text, Stats(**end.stats), events)
+        return RunResult(method, events[0].config, end.token_ids, end.text, Stats.from_dict(end.stats), events)

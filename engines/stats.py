@@ -10,7 +10,7 @@ prefill produces belongs to no round; target calls count the prefill plus one ca
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from typing import Iterable
 
 from .trace import Commit, Event, Prefill, RunEnd
@@ -28,15 +28,31 @@ class Stats:
     tokens_per_s: float
     mean_accepted_length: float
     acceptance_rate: float
-    acceptance_by_position: list
-    positions_tested: int  # draft positions the target actually judged (a rejection ends the round)
-    per_token_acceptance: float  # accepted ÷ positions tested: Leviathan's α under an i.i.d. model
-    # The counts behind acceptance_by_position, so runs can be pooled (the benchmark sums them over prompts).
-    reached_by_position: list = field(default_factory=list)
-    passed_by_position: list = field(default_factory=list)
+    # Counts, not ratios, so runs can be pooled (the benchmark sums them over prompts).
+    reached_by_position: list  # rounds whose draft the target judged at each position (a rejection ends the round)
+    passed_by_position: list  # of those, the rounds where the target accepted that position
+
+    DERIVED = ("acceptance_by_position", "positions_tested", "per_token_acceptance")
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [p / r for p, r in zip(self.passed_by_position, self.reached_by_position)]
+
+    @property
+    def positions_tested(self) -> int:
+        return sum(self.reached_by_position)
+
+    @property
+    def per_token_acceptance(self) -> float:
+        """accepted ÷ positions tested: Leviathan's α under an i.i.d. model."""
+        return sum(self.passed_by_position) / self.positions_tested if self.positions_tested else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED}}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Stats":
+        return cls(**{f.name: record[f.name] for f in fields(cls)})
 
 
 def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Stats:
@@ -74,9 +90,6 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         tokens_per_s=new_tokens / decode_seconds,
         mean_accepted_length=sum(len(c.tokens) for c in rounds) / len(rounds) if rounds else 1.0,
         acceptance_rate=accepted / drafted if drafted else 0.0,
-        acceptance_by_position=[p / r for p, r in zip(passed, reached)],
-        positions_tested=sum(reached),
-        per_token_acceptance=sum(passed) / sum(reached) if reached else 0.0,
         reached_by_position=reached,
         passed_by_position=passed,
     )

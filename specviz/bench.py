@@ -13,6 +13,7 @@ import platform
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Callable
 
@@ -118,12 +119,8 @@ class Tally:
             self.drafted += stats.drafted
             self.accepted += stats.accepted
             self.draft_seconds += draft_seconds
-            for position, (reached, passed) in enumerate(zip(stats.reached_by_position, stats.passed_by_position)):
-                if position == len(self.reached_by_position):
-                    self.reached_by_position.append(0)
-                    self.passed_by_position.append(0)
-                self.reached_by_position[position] += reached
-                self.passed_by_position[position] += passed
+            self.reached_by_position = _add_counts(self.reached_by_position, stats.reached_by_position)
+            self.passed_by_position = _add_counts(self.passed_by_position, stats.passed_by_position)
 
     def summary(self, ar_tokens_per_s: float | None) -> dict:
         """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model).
@@ -146,6 +143,10 @@ class Tally:
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
         }
+
+
+def _add_counts(a: list[int], b: list[int]) -> list[int]:
+    return [x + y for x, y in zip_longest(a, b, fillvalue=0)]
 
 
 def default_methods() -> list[str]:
