@@ -73,6 +73,11 @@ def test_tiny_trains_and_drafts(setup, monkeypatch):
     for full_vocab in (False, True):
         run = engine.run([1, 2, 3], "sps", max_new_tokens=20, draft="tiny", gamma=3, full_vocab=full_vocab)
         assert run.token_ids == reference.token_ids
+    tiny = engine.trained_drafter("tiny")
+    logits = tiny(torch.tensor([[1, 2, 3, 4]])).logits[0]
+    outside = ~torch.isin(torch.arange(logits.shape[-1]), tiny.draft_vocab)
+    assert outside.any() and (logits[:, outside] == 0).all()  # its full head cannot wander off its vocabulary
+    assert tiny.lm_head.weight.data_ptr() != tiny.get_input_embeddings().weight.data_ptr()
 
 
 def test_card_that_disagrees_with_weights_is_refused(setup, monkeypatch):

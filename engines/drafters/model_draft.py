@@ -73,3 +73,24 @@ def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:
              if not k.startswith("model.layers.") or int(k.split(".")[2]) < n_layers}
     model.load_state_dict(state, strict=False)
     return model.to(stack.device, stack.dtype).eval()
+
+
+def restrict_head_to_vocab(model: torch.nn.Module, vocab_ids: torch.Tensor) -> None:
+    """Give a ``tiny`` drafter its own LM head whose rows outside the draft vocabulary are zero.
+
+    ``tiny`` is distilled on its draft vocabulary only, so through the shared (tied) 49k-token head the
+    tokens it never trained against outscore its real guess at most positions. Zero rows give those
+    tokens logit 0, far below the draft's best (about 16 on SmolLM2): greedy never picks them and sampling
+    puts about 0.5% of its mass there. The model stays a standard untied ``LlamaForCausalLM``, so
+    Hugging Face's ``generate(assistant_model=…)`` drafts exactly what the engine's full-vocabulary path does.
+    """
+    embedding = model.get_input_embeddings().weight
+    keep = torch.zeros(embedding.shape[0], dtype=torch.bool, device=embedding.device)
+    keep[vocab_ids.to(embedding.device)] = True
+    head = torch.nn.Linear(embedding.shape[1], embedding.shape[0], bias=False,
+                           device=embedding.device, dtype=embedding.dtype)
+    with torch.no_grad():
+        head.weight.copy_(embedding * keep[:, None])
+    head.requires_grad_(False)
+    model.config.tie_word_embeddings = False
+    model.lm_head = head

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from ..layers import LayerStack
 from .heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
-from .model_draft import tiny_model
+from .model_draft import restrict_head_to_vocab, tiny_model
 from .streaming import StreamingDraft
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
@@ -131,6 +131,8 @@ def load_trained(name: str, stack: LayerStack) -> tuple[torch.nn.Module, dict]:
         raise ValueError(f"drafter {name!r}: weights missing for {sorted(missing)[:3]}")
     module.load_state_dict(weights, strict=False)
     set_vocab(module, vocab.long())
+    if card["kind"] == "tiny":
+        restrict_head_to_vocab(module, vocab.long())
     module.to(device=stack.device, dtype=stack.dtype).eval()
     module.requires_grad_(False)
     return module, card
