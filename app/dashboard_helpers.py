@@ -34,7 +34,8 @@ OPTION_HELP = {
              "the target's tokenizer.",
     "head": "Exit head after layer ℓ: 'none' = the model's own final norm + LM head (untrained); 'norm' and "
             "'layer' are trained exit heads shipped in data/drafts.",
-    "full_vocab": "Let a trained drafter propose from the whole vocabulary instead of its draft vocabulary.",
+    "full_vocab": "Run tiny through its own 49k-token LM head, as Hugging Face's assisted generation does, instead of "
+                  "the 8k-token draft-vocabulary head: the same guesses at a higher cost per draft token.",
     "draft_layers": "Layers of the target that make up the self-draft (only used when draft = 'self').",
     "max_ngram": "Longest n-gram of the latest tokens looked up in the context.",
     "min_ngram": "Shortest n-gram tried before giving up on drafting this round.",

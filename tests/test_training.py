@@ -11,6 +11,7 @@ from engines import Engine
 from engines.drafters.trained import load_trained
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
+from specviz.drafter_compare import compare_drafters, head_escape_rates, tau_vs_acceptance_figure
 from tests.conftest import tiny_llama, write_answer_corpus
 
 
@@ -78,6 +79,16 @@ def test_tiny_trains_and_drafts(setup, monkeypatch):
     outside = ~torch.isin(torch.arange(logits.shape[-1]), tiny.draft_vocab)
     assert outside.any() and (logits[:, outside] == 0).all()  # its full head cannot wander off its vocabulary
     assert tiny.lm_head.weight.data_ptr() != tiny.get_input_embeddings().weight.data_ptr()
+    assert head_escape_rates(tiny, [1, 2, 3, 4, 5, 6])["own"] == 0.0
+
+    compared = compare_drafters(engine, [1, 2, 3], ["tiny"], max_new_tokens=20)
+    row, events = compared["rows"][0], compared["runs"]["tiny"]
+    assert list(compared["runs"]) == ["ar", "tiny"] and events[0].method == "sps"
+    alone = engine.run([1, 2, 3], "sps", max_new_tokens=20, draft="tiny", gamma=5).stats  # greedy: the same run
+    assert row["τ"] == pytest.approx(alone.mean_accepted_length)
+    assert row["α, first guess"] == alone.acceptance_by_position[0] and row["same text as ar"]
+    figure = tau_vs_acceptance_figure(compared["rows"], gamma=3)
+    assert list(figure.data[1].y) == [row["τ"]] and figure.data[0].y[0] == 1.0
 
 
 def test_card_that_disagrees_with_weights_is_refused(setup, monkeypatch):

@@ -5,8 +5,9 @@ as a separate model with its own cache — a trained drafter from ``data/drafts`
 feature-level ``eagle`` head drafting a chain, or the speculative-streaming ``ss`` draft proposing 1 + S tokens
 per forward), or any Hugging Face causal LM (local path, or a hub
 id already in the local cache) that uses exactly the target's tokenizer. Trained drafters propose
-from their draft vocabulary; ``full_vocab=True`` gives ``tiny`` the whole 49k-token head instead
-(as Hugging Face's assisted generation runs it).
+from their draft vocabulary; ``full_vocab=True`` runs ``tiny`` through its own 49k-token head instead
+(as Hugging Face's assisted generation runs it; its rows outside the draft vocabulary are zero, so it
+guesses the same tokens at a higher cost).
 """
 
 from __future__ import annotations

@@ -1,0 +1,102 @@
+"""The shipped drafters side by side on one prompt, and the figures that explain the τ they reach.
+
+A drafter's speedup is τ ÷ (1 + γ·c): how many tokens a round commits over what the round costs.
+:func:`compare_drafters` measures both from real runs; :func:`tau_vs_acceptance_figure` puts the
+measured τ on the curve τ = (1 − a^{γ+1}) ÷ (1 − a) that a drafter accepted with the same probability a
+at every position would follow, which is how the notebook shows what acceptance τ = 2.5 would need.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import plotly.graph_objects as go
+import torch
+
+from engines import Engine
+from engines.drafters.trained import available, read_card
+
+from .drafter_cards import drafter_run_options
+from .sweep import draft_seconds
+from .theory import expected_tokens_per_round
+
+
+def card_rows(names: Sequence[str] | None = None) -> list[dict]:
+    """What each shipped model card says: its kind, size, training and teacher-forced agreement."""
+    rows = []
+    for name in names or available():
+        card = read_card(name)
+        training = card.get("training", {})
+        rows.append({"drafter": name, "kind": card["kind"], "trained parameters": card["trained_parameters"],
+                     "draft vocabulary": card["draft_vocab_size"],
+                     "target tokens it covers": card.get("draft_vocab_coverage"),
+                     "training steps": training.get("steps"),
+                     "held-out agreement": card.get("heldout_top1_agreement")})
+    return rows
+
+
+def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_tokens: int = 64,
+                     temperature: float = 0.0, seed: int | None = 0,
+                     progress: Callable[[int, int], None] | None = None) -> dict:
+    """``ar`` once, then every drafter at γ = 5 on the same prompt and settings.
+
+    Returns ``rows`` (τ, α at the first draft position, α per judged position, draft cost c, speedup)
+    and ``runs`` (each run's events, ``ar`` first) for the trace figures.
+    """
+    if not names:
+        raise ValueError("names must list at least one shipped drafter")
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+    ar = engine.run(prompt, "ar", **sampling)
+    ar_step = ar.stats.decode_seconds / max(ar.stats.new_tokens, 1)
+    rows, runs = [], {"ar": ar.events}
+    for i, name in enumerate(names):
+        method, options = drafter_run_options(name)
+        run = engine.run(prompt, method, **sampling, **options)
+        s = run.stats
+        rows.append({"drafter": name, "τ": s.mean_accepted_length,
+                     "α, first guess": s.acceptance_by_position[0] if s.acceptance_by_position else 0.0,
+                     "α per judged position": s.per_token_acceptance,
+                     "draft cost c": (draft_seconds(run.events) / s.drafted) / ar_step if s.drafted else None,
+                     "speedup": s.tokens_per_s / ar.stats.tokens_per_s,
+                     "same text as ar": run.token_ids == ar.token_ids})
+        runs[name] = run.events
+        if progress:
+            progress(i + 1, len(names))
+    return {"rows": rows, "runs": runs, "ar_tokens_per_s": ar.stats.tokens_per_s}
+
+
+def tau_vs_acceptance_figure(rows: Sequence[dict], gamma: int = 5, goal: float | None = 2.5) -> go.Figure:
+    """Measured (α per judged position, τ) of each drafter on the flat-acceptance curve at ``gamma``."""
+    grid = [i / 100 for i in range(0, 96)]
+    fig = go.Figure(go.Scatter(x=grid, y=[expected_tokens_per_round(a, gamma) for a in grid], mode="lines",
+                               name=f"τ if every position is accepted with probability a (γ = {gamma})",
+                               line=dict(color="#888", dash="dot")))
+    fig.add_trace(go.Scatter(x=[r["α per judged position"] for r in rows], y=[r["τ"] for r in rows],
+                             mode="markers+text", text=[r["drafter"] for r in rows], textposition="top center",
+                             name="measured drafters", marker=dict(size=10)))
+    if goal:
+        needed = next((a for a in grid if expected_tokens_per_round(a, gamma) >= goal), None)
+        fig.add_hline(y=goal, line=dict(color="#c62828", dash="dash"),
+                      annotation_text=f"τ = {goal}" + (f" needs a ≈ {needed:.2f}" if needed is not None else ""))
+    fig.update_layout(title="Tokens per round against per-position acceptance",
+                      xaxis_title="α: accepted ÷ draft positions the target judged",
+                      yaxis_title="τ: tokens committed per target call", xaxis_range=[0, 1], height=420)
+    return fig
+
+
+def head_escape_rates(model: torch.nn.Module, token_ids: Sequence[int]) -> dict[str, float]:
+    """How often a ``tiny`` drafter's best full-vocabulary token lies outside its draft vocabulary, read
+    through the target's tied embedding (``tied``) and through its own head (``own``), over ``token_ids``.
+
+    Trained on its draft vocabulary only, the drafter never learned to rank the other 41k tokens low;
+    through the tied head they win, which is why ``tiny`` ships with a head that is zero outside it.
+    """
+    vocab = model.draft_vocab
+    with torch.inference_mode():
+        hidden = model.model(input_ids=torch.tensor([list(token_ids)], device=vocab.device)).last_hidden_state[0]
+        tied = hidden @ model.get_input_embeddings().weight.T
+        own = model.lm_head(hidden)
+    inside = torch.zeros(tied.shape[-1], dtype=torch.bool, device=vocab.device)
+    inside[vocab] = True
+    return {"tied": (~inside[tied.argmax(-1)]).float().mean().item(),
+            "own": (~inside[own.argmax(-1)]).float().mean().item()}
