@@ -100,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="the teacher's dtype")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+
+    agree = commands.add_parser("agreement", help="teacher-forced top-k agreement of shipped drafters with the target")
+    agree.add_argument("--drafters", default="tiny,eagle,ss,exit@8-norm,exit@8-layer,exit@15-norm,cats@3",
+                       help="comma-separated names from data/drafts")
+    agree.add_argument("--ks", default="1,2,4,8", help="comma-separated k: is the target's token in the draft's top k?")
+    agree.add_argument("--on", choices=["heldout", "eval"], default="heldout",
+                       help="heldout: the corpus's held-out answers; eval: the target's greedy answers to the "
+                            "first turn of each prompt in data/prompts.jsonl")
+    agree.add_argument("--corpus", default=None, help="with --on heldout; default data/distill/corpus.jsonl")
+    agree.add_argument("--max-new-tokens", type=int, default=128, help="with --on eval: answer length")
+    agree.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype")
+    agree.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    agree.add_argument("--out", default=None, help="also write the result as JSON to this file")
     return parser
 
 
@@ -206,7 +219,48 @@ def train_command(args) -> int:
     return 0
 
 
-COMMANDS = {"generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command}
+def agreement_command(args) -> int:
+    from tqdm.auto import tqdm
+
+    from engines.training.agreement import topk_agreement
+    from engines.training.data import split_corpus
+    from engines.training.recipes import DEFAULT_CORPUS
+
+    from .drafter_compare import answer_records
+
+    names = [n.strip() for n in args.drafters.split(",") if n.strip()]
+    try:
+        ks = sorted({int(k) for k in args.ks.split(",")})
+    except ValueError:
+        raise ValueError(f"ks must be comma-separated integers, got {args.ks!r}") from None
+    if not names:
+        raise ValueError("drafters must name at least one drafter from data/drafts")
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    if args.on == "heldout":
+        records = split_corpus(args.corpus or DEFAULT_CORPUS)[1]
+    else:
+        records = answer_records(engine, args.max_new_tokens, progress=tqdm(desc="answers", unit="prompt").update)
+    bar = tqdm(desc="agreement", unit="batch")
+
+    def progress(done, total):
+        bar.total = total
+        bar.update(1)
+
+    result = topk_agreement(engine.target, names, records, ks, progress=progress)
+    bar.close()
+    print(f"target's next token among the drafter's top k ({args.on}, {sum(len(r['answer_ids']) for r in records)} "
+          f"answer tokens, {engine.dtype})")
+    print("| drafter | " + " | ".join(f"top-{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))
+    for name, row in result.items():
+        print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in ks) + " |")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"on": args.on, "dtype": engine.dtype, "records": len(records),
+                                              "agreement": result}, indent=2) + "\n")
+    return 0
+
+
+COMMANDS = {"generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
+            "agreement": agreement_command}
 
 
 def main(argv: list[str] | None = None) -> int:

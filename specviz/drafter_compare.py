@@ -17,6 +17,7 @@ from engines import Engine
 from engines.drafters.trained import available, read_card
 
 from .drafter_cards import drafter_run_options
+from .prompts import DEFAULT_PROMPTS, load_prompts
 from .sweep import draft_seconds
 from .theory import expected_tokens_per_round
 
@@ -63,6 +64,20 @@ def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_token
         if progress:
             progress(i + 1, len(names))
     return {"rows": rows, "runs": runs, "ar_tokens_per_s": ar.stats.tokens_per_s}
+
+
+def answer_records(engine: Engine, max_new_tokens: int = 128, prompts_path=DEFAULT_PROMPTS,
+                   progress: Callable[..., object] | None = None) -> list[dict]:
+    """The target's greedy answers to the first turn of each evaluation prompt, as corpus records, so the
+    trainer's teacher-forced measures can be taken on the prompts the benchmark decodes."""
+    records = []
+    for prompt in load_prompts(prompts_path):
+        ids = engine.encode(prompt.turns[0])
+        answer = engine.run(ids, "ar", max_new_tokens=max_new_tokens).token_ids
+        records.append({"id": prompt.question_id, "prompt_ids": ids, "answer_ids": answer, "mode": "greedy"})
+        if progress:
+            progress(1)
+    return records
 
 
 def tau_vs_acceptance_figure(rows: Sequence[dict], gamma: int = 5, goal: float | None = 2.5) -> go.Figure:

@@ -101,6 +101,26 @@ def test_train_command_writes_a_card_with_measured_acceptance(tmp_path):
     assert "exit@4-norm: held-out top-1 agreement" in done.stdout
 
 
+def test_agreement_command_measures_shipped_drafters(tmp_path):
+    """`specviz agreement` on the real target and two shipped drafters, over two held-out corpus answers."""
+    lines = (pathlib.Path(__file__).parents[1] / "data" / "distill" / "corpus.jsonl").read_text().splitlines()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join([line for line in lines if held_out(json.loads(line))][:2]) + "\n")
+    out = tmp_path / "agreement.json"
+    done = specviz("agreement", "--drafters", "tiny,eagle", "--ks", "4,1", "--corpus", str(corpus), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["on"] == "heldout" and result["records"] == 2 and result["dtype"] == "float32"
+    for name in ("tiny", "eagle"):
+        row = result["agreement"][name]
+        assert 0 < row["1"] <= row["4"] <= 1, (name, row)
+        assert f"| {name} | {row['1']:.3f} | {row['4']:.3f} |" in done.stdout
+    done = specviz("agreement", "--ks", "one")
+    assert done.returncode == 2 and "ks must be comma-separated integers" in done.stderr
+    done = specviz("agreement", "--drafters", "medusa", "--corpus", str(corpus))
+    assert done.returncode == 2 and "no trained drafter 'medusa'" in done.stderr
+
+
 def test_method_specs():
     assert split_methods("ar,sps(gamma=3,draft_layers=4),pld") == ["ar", "sps(gamma=3,draft_layers=4)", "pld"]
     spec = parse_method("sps(gamma=3,instrument=false)")

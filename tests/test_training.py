@@ -9,6 +9,9 @@ from safetensors.torch import load_file, save_file
 
 from engines import Engine
 from engines.drafters.trained import load_trained
+from engines.training.agreement import topk_agreement
+from engines.training.corpus import read_corpus
+from engines.training.data import vocabulary_coverage
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
 from specviz.drafter_compare import compare_drafters, head_escape_rates, tau_vs_acceptance_figure
@@ -51,6 +54,17 @@ def test_exit_heads_train_and_draft(setup, monkeypatch):
         run = engine.run([5, 6, 7], "eesd", max_new_tokens=20, exit_layer=card["exit_layer"], head=head, gamma=3)
         assert run.token_ids == reference.token_ids  # trained heads stay lossless
         assert run.events[0].config["head"] == head
+
+    # Greedy answers in fp32: the target's own next token is the next answer token, so with k = the whole
+    # draft vocabulary the top-k agreement must equal the share of answer tokens inside that vocabulary.
+    records = read_corpus(setup[1])
+    size = saved[0][1]["draft_vocab_size"]
+    result = topk_agreement(engine.target, [name for name, _ in saved], records, ks=(1, 2, size))
+    vocab = engine.trained_drafter(saved[0][0]).head.vocab_ids
+    for name, row in result.items():
+        assert row[1] <= row[2] <= row[size], (name, row)
+        assert row[size] == pytest.approx(vocabulary_coverage(records, vocab))
+    assert max(row[1] for row in result.values()) > 0.2
 
 
 def test_eagle_trains_and_drafts(setup, monkeypatch):
