@@ -290,3 +290,29 @@ def write_results(results: dict, out_dir) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(results, indent=2))
     md_path.write_text(to_markdown(results))
     return json_path, md_path
+
+
+def pooled_speedups(parts: list[tuple[dict, set[str] | None, set[str]]]) -> dict[str, dict]:
+    """Overall speed pooled over parts of several runs (see ``scripts/pool_bench.py``): Σ new tokens ÷ Σ
+    decode seconds per method, against ``ar`` pooled over the same parts, and the mean of the categories'
+    draft costs c. ``parts``: (results, categories to take or None for all, categories to leave out)."""
+    tokens: dict[str, float] = defaultdict(float)
+    seconds: dict[str, float] = defaultdict(float)
+    costs: dict[str, list[float]] = defaultdict(list)
+    taken: set[str] = set()
+    for results, keep, drop in parts:
+        for method, categories in results["methods"].items():
+            for category, row in categories.items():
+                if category == "overall" or category in drop or (keep is not None and category not in keep):
+                    continue
+                tokens[method] += row["new_tokens"]
+                seconds[method] += row["decode_seconds"]
+                if row.get("draft_cost") is not None:
+                    costs[method].append(row["draft_cost"])
+                taken.add(category)
+    if "ar" not in tokens:
+        raise ValueError("every part must include ar, the baseline the speedups are against")
+    ar = tokens["ar"] / seconds["ar"]
+    return {m: {"tokens_per_s": tokens[m] / seconds[m], "speedup": tokens[m] / seconds[m] / ar,
+                "mean_draft_cost": sum(costs[m]) / len(costs[m]) if costs[m] else None,
+                "categories": sorted(taken)} for m in tokens}

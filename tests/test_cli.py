@@ -6,10 +6,13 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from engines.stats import compute_stats
 from engines.trace import Commit
 from engines.training.data import held_out
-from specviz.bench import Tally, parse_method, project_relative, run_bench, split_methods, to_markdown
+from specviz.bench import (Tally, parse_method, pooled_speedups, project_relative, run_bench, split_methods,
+                           to_markdown)
 from specviz.prompts import DEFAULT_PROMPTS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -167,3 +170,18 @@ def test_bench_pools_acceptance_by_position_over_runs():
                          "prompts": "p", "max_new_tokens": 8, "temperature": 0.0},
                "methods": {"pld": {"qa": summary, "overall": summary}}}
     assert "| pld | 0.25 | 1.00 |" in to_markdown(results)
+
+
+def test_pooled_speedups_replace_a_category_with_its_rerun():
+    def results(rows):
+        return {"methods": {m: {c: {"new_tokens": t, "decode_seconds": s} for c, (t, s) in cats.items()} | {"overall": {}}
+                            for m, cats in rows.items()}}
+
+    first = results({"ar": {"qa": (100, 10), "rag": (100, 50)}, "x": {"qa": (100, 5), "rag": (100, 100)}})
+    rerun = results({"ar": {"rag": (100, 10)}, "x": {"rag": (100, 5)}})
+    pooled = pooled_speedups([(first, None, {"rag"}), (rerun, {"rag"}, set())])
+    assert pooled["x"]["speedup"] == pytest.approx(2.0) and pooled["ar"]["tokens_per_s"] == pytest.approx(10.0)
+    assert pooled["x"]["categories"] == ["qa", "rag"] and pooled["x"]["mean_draft_cost"] is None
+    assert pooled_speedups([(first, None, set())])["x"]["speedup"] == pytest.approx((200 / 105) / (200 / 60))
+    with pytest.raises(ValueError, match="include ar"):
+        pooled_speedups([(results({"x": {"qa": (1, 1)}}), None, set())])
