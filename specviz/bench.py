@@ -106,12 +106,17 @@ class Tally:
         self.passed_by_position: list[int] = []
         self.has_rounds = self.compared = False
 
-    def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0):
+    def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
+            target_calls: int | None = None):
+        """``stats`` from the engine's runs; Hugging Face's give only ``target_calls`` (τ but no α)."""
         self.new_tokens += new_tokens
         self.decode_seconds += decode_seconds
         self.turns += 1
         self.equal_turns += bool(equal)
         self.compared = equal is not None
+        if stats is None and target_calls:
+            self.rounds += target_calls - 1  # the first call is the prefill, which yields the first token
+            self.round_tokens += max(new_tokens - 1, 0)
         if stats is not None:
             self.has_rounds = True
             self.rounds += stats.rounds
@@ -133,7 +138,7 @@ class Tally:
         return {
             "tokens_per_s": tps,
             "speedup": tps / ar_tokens_per_s if ar_tokens_per_s else None,
-            "tau": self.round_tokens / self.rounds if self.has_rounds and self.rounds else None,
+            "tau": self.round_tokens / self.rounds if self.rounds else None,
             "alpha": self.accepted / self.drafted if self.drafted else (0.0 if self.has_rounds else None),
             "equals_ar": (self.equal_turns / self.turns) if self.compared else None,
             "draft_cost": draft_cost,
@@ -192,12 +197,13 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
             messages: list[dict] = []
             for turn_index, turn in enumerate(prompt.turns):
                 messages.append({"role": "user", "content": turn})
-                ids, seconds, stats, drafting = run_turn(engine, spec, list(messages), max_new_tokens, temperature, seed)
+                ids, seconds, stats, drafting, calls = run_turn(engine, spec, list(messages), max_new_tokens,
+                                                                temperature, seed)
                 if spec.label == "ar":
                     ar_answers.append(ids)
                 equal = ids == ar_answers[turn_index] if temperature == 0 else None
                 for key in (prompt.category, "overall"):
-                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting)
+                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting, calls)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
         if checkpoint and done < len(prompts):
@@ -217,10 +223,10 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
     if spec.name in HF_METHODS:
         ids = engine.encode(prompt)
         out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
-        return out["token_ids"], out["decode_seconds"], None, 0.0
+        return out["token_ids"], out["decode_seconds"], None, 0.0, out["target_calls"]
     result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                         instrument=spec.instrument, **spec.options)
-    return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events)
+    return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events), None
 
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True) -> dict:

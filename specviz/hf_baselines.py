@@ -4,7 +4,8 @@
 ``hf_assisted`` is ``generate(assistant_model=tiny)`` with the project's trained ``tiny`` draft and a
 constant 5 draft tokens per round — the same target, draft and γ as ``sps(draft=tiny,full_vocab=true)``.
 Prefill is excluded from tokens/s as for the engine: a ``max_new_tokens=1`` call on the same input
-measures it, and its time is subtracted.
+measures it, and its time is subtracted. A forward hook counts the target's calls, so the benchmark can
+give Hugging Face's runs a τ (tokens after the first ÷ calls after the prefill) like the engine's.
 """
 
 from __future__ import annotations
@@ -54,10 +55,15 @@ def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_toke
         return time.perf_counter() - start, out
 
     prefill_seconds, _ = timed(1)
-    seconds, out = timed(max_new_tokens)
+    calls: list[int] = []  # the target's forward calls: prefill, then one per round (per token for hf_ar)
+    hook = engine.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        seconds, out = timed(max_new_tokens)
+    finally:
+        hook.remove()
     new_ids = out[0, len(prompt_ids):].tolist()
     if eos and eos[0] in new_ids and eos[0] not in engine.eos_ids:
         new_ids = new_ids[: new_ids.index(eos[0]) + 1]
     decode = max(seconds - prefill_seconds, 1e-9)
     return {"token_ids": new_ids, "text": engine.detokenize(new_ids), "new_tokens": len(new_ids),
-            "decode_seconds": decode, "prefill_seconds": prefill_seconds}
+            "decode_seconds": decode, "prefill_seconds": prefill_seconds, "target_calls": len(calls)}

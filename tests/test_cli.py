@@ -69,6 +69,8 @@ def test_bench_writes_results(tmp_path):
     assert methods["ar"]["overall"]["speedup"] == 1.0 and methods["ar"]["overall"]["tau"] == 1.0
     assert methods["pld"]["overall"]["equals_ar"] == 1.0  # fp32 greedy: lossless
     assert methods["hf_ar"]["overall"]["equals_ar"] == 1.0  # the same model, decoded by transformers
+    assert methods["hf_ar"]["overall"]["tau"] == 1.0  # counted from the target's forward calls: one per token
+    assert methods["hf_pld"]["overall"]["tau"] >= 1.0 and methods["hf_pld"]["overall"]["alpha"] is None
     assert "| sps(gamma=2,draft_layers=2) |" in (tmp_path / "out" / "results.md").read_text()
 
 
