@@ -55,6 +55,8 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
     vocab = students[0][1]
     if any(not torch.equal(v, vocab) for _, v in students):
         raise ValueError("these drafters have different draft vocabularies; measure them separately")
+    if max(ks) > len(vocab):
+        raise ValueError(f"ks must not exceed the draft vocabulary ({len(vocab)} tokens), got {max(ks)}")
     layers = tuple(sorted({layer for student, _ in students for layer in student.layers}))
     head = stack.model.lm_head.weight.float()
     hits = {name: dict.fromkeys(ks, 0) for name in names}
