@@ -114,10 +114,11 @@ class Tally:
         self.turns += 1
         self.equal_turns += bool(equal)
         self.compared = equal is not None
-        if stats is None and target_calls:
-            self.rounds += target_calls - 1  # the first call is the prefill, which yields the first token
-            self.round_tokens += max(new_tokens - 1, 0)
-        if stats is not None:
+        if stats is None:
+            if target_calls:
+                self.rounds += target_calls - 1  # the first call is the prefill, which yields the first token
+                self.round_tokens += max(new_tokens - 1, 0)
+        else:
             self.has_rounds = True
             self.rounds += stats.rounds
             self.round_tokens += stats.new_tokens - 1 if stats.new_tokens else 0

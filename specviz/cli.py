@@ -239,7 +239,8 @@ def agreement_command(args) -> int:
     if args.on == "heldout":
         records = split_corpus(args.corpus or DEFAULT_CORPUS)[1]
     else:
-        records = answer_records(engine, args.max_new_tokens, progress=tqdm(desc="answers", unit="prompt").update)
+        with tqdm(desc="answers", unit="prompt") as answers:
+            records = answer_records(engine, args.max_new_tokens, progress=answers.update)
     bar = tqdm(desc="agreement", unit="batch")
 
     def progress(done, total):

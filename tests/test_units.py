@@ -4,9 +4,12 @@ import pytest
 import torch
 
 from engines.drafters import lookup
+from engines.drafters.heads import SharedHead
+from engines.layers import LayerStack
 from engines.sampling import Sampler
 from engines.verify import greedy_chain, residual_distribution, sample_chain
 from specviz.theory import expected_speedup, expected_tokens_per_round, optimal_gamma
+from tests.conftest import tiny_llama
 
 
 def one_hot_logits(tokens, vocab=6):
@@ -67,3 +70,16 @@ def test_exit_agreement_is_one_at_the_top_and_a_fraction_below(tiny_engine):
     assert agreement[3] == 1.0  # the last layer is the model itself
     assert all(0.0 <= agreement[layer] <= 1.0 for layer in (1, 2))
     assert agreement[1] < 1.0  # a random 3-layer model's first layer disagrees somewhere
+
+
+def test_shared_head_gathers_its_rows_once_and_follows_a_new_vocabulary():
+    stack = LayerStack(tiny_llama(vocab=32, layers=2))
+    head = SharedHead(stack, torch.tensor([3, 5, 7]))
+    hidden = torch.randn(4, stack.config.hidden_size)
+    weight = stack.model.lm_head.weight.detach()
+    assert torch.allclose(head(hidden), hidden @ weight[[3, 5, 7]].T)
+    assert head.rows(hidden.dtype) is head.rows(hidden.dtype)  # cached, not gathered per call
+    head.vocab_ids = torch.tensor([1, 2])
+    assert torch.allclose(head(hidden), hidden @ weight[[1, 2]].T)
+    head.double()
+    assert head(hidden.double()).dtype == torch.float64 and head.rows(torch.float64).shape == (2, weight.shape[1])
