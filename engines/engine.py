@@ -13,12 +13,14 @@ import torch
 
 from .decoding import DecodeContext
 from .drafters.trained import load_trained
+from .kernels import install
 from .layers import LayerStack
 from .methods import get_method
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .sampling import Sampler
 from .stats import Stats, compute_stats
 from .trace import Event, RunEnd, RunStart, Trace
+from .verify_cost import VerifyCost, load_curve, machine_key, measure, save_curve
 
 
 @dataclass
@@ -40,11 +42,16 @@ class Engine:
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
         self._trained: dict[str, torch.nn.Module] = {}
+        self._verify_cost: VerifyCost | None = None
+        self._verify_cost_key = ""
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> "Engine":
+        """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
         loaded: LoadedModel = load_model(model, dtype, device)
-        return cls(loaded.model, loaded.tokenizer, loaded.name)
+        engine = cls(loaded.model, loaded.tokenizer, loaded.name)
+        engine.verify_cost(measure_if_missing=False)
+        return engine
 
     @property
     def dtype(self) -> str:
@@ -85,6 +92,39 @@ class Engine:
             return "".join(f" {i}" for i in ids)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    # --- what verification costs here ------------------------------------------------------------
+    def verify_cost(self, measure_if_missing: bool = True, remeasure: bool = False,
+                    progress=None) -> VerifyCost | None:
+        """This machine's verify-cost curve (see :mod:`engines.verify_cost`), installing its kernels.
+
+        Cached on disk for named models; a model built in memory (``name="custom"``) is measured once
+        per engine. Measuring takes a few seconds on the default model (every kernel, n = 1..16).
+        """
+        key = machine_key(self.model, self.name, self.target.dtype, self.target.device, torch.get_num_threads())
+        if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:
+            return self._verify_cost
+        curve = None if remeasure or self.name == "custom" else load_curve(key)
+        if curve is None:
+            if not (measure_if_missing or remeasure):
+                return None
+            prefix = min(256, self.context_window // 2)
+            max_tokens = min(16, self.context_window - prefix)
+            curve = measure(self.target, self.name, max_tokens=max_tokens, prefix=prefix, progress=progress)
+            if self.name != "custom":
+                save_curve(curve)
+        self._verify_cost, self._verify_cost_key = curve, key
+        self.use_kernels(curve)
+        return curve
+
+    def use_kernels(self, curve: VerifyCost) -> None:
+        """Run the target and every loaded drafter with the kernels the curve chose."""
+        plan = curve.plan()
+        install(self.model, plan)
+        for module in self._trained.values():
+            install(module, plan)
+        for stack in self._drafts.values():
+            install(stack.model, plan)
+
     # --- drafts ----------------------------------------------------------------------------------
     def add_draft(self, name: str, model: torch.nn.Module, tokenizer=None) -> None:
         """Register a draft model under ``name`` (``sps --draft NAME``); it must share our tokenizer."""
@@ -111,6 +151,8 @@ class Engine:
         """A drafter shipped in ``data/drafts`` (see :mod:`engines.drafters.trained`), loaded once."""
         if name not in self._trained:
             self._trained[name], _ = load_trained(name, self.target)
+            if self._verify_cost is not None:
+                install(self._trained[name], self._verify_cost.plan())
         return self._trained[name]
 
     # --- running ---------------------------------------------------------------------------------

@@ -41,6 +41,21 @@ def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -
     return mask[None, None]
 
 
+def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: tuple, mask: torch.Tensor | None = None,
+                 cache=None) -> torch.Tensor:
+    """Hugging Face decoder layers in sequence, called the one way every part of the engine calls them.
+
+    ``positions`` ``[1, n]`` and ``rotary`` (the rotary embedding's cos/sin for them) are shared by all
+    layers; ``mask`` is an additive 4-D mask or ``None`` (a single token, or causal whole sequences).
+    """
+    for layer in layers:
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       position_embeddings=rotary)
+        if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
+            hidden = hidden[0]
+    return hidden
+
+
 class LayerStack:
     """A Hugging Face decoder-only model seen as a stack of layers the engine can run piecewise."""
 
@@ -82,13 +97,13 @@ class LayerStack:
         positions = (prefix + depths).view(1, -1)
         # a single new token may attend to everything cached: no mask needed (and sdpa is faster)
         mask = None if n == 1 else tree_mask(prefix, parents, self.dtype, self.device)
-        rotary = self.backbone.rotary_emb(hidden, positions)
-        for layer in self.layers[start:stop]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions,
-                           past_key_values=cache, position_embeddings=rotary)
-            if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
-                hidden = hidden[0]
-        return hidden
+        return self.run_at(hidden, start, stop, cache, positions, mask)
+
+    def run_at(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache, positions: torch.Tensor,
+               mask: torch.Tensor | None) -> torch.Tensor:
+        """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step)."""
+        return decoder_pass(self.layers[start:stop], hidden, positions, self.backbone.rotary_emb(hidden, positions),
+                            mask, cache)
 
     def run_causal(self, hidden: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Layers [start, stop) on a batch ``[B, T, d]`` of whole sequences, no cache (training passes).
@@ -96,12 +111,7 @@ class LayerStack:
         Right padding needs no mask: under causal attention real tokens never see the pads after them.
         """
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
-        rotary = self.backbone.rotary_emb(hidden, positions)
-        for layer in self.layers[start:stop]:
-            hidden = layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=rotary)
-            if isinstance(hidden, tuple):
-                hidden = hidden[0]
-        return hidden
+        return decoder_pass(self.layers[start:stop], hidden, positions, self.backbone.rotary_emb(hidden, positions))
 
     def causal_states(self, ids: list[int] | torch.Tensor, layers) -> dict[int, torch.Tensor]:
         """Hidden states after each layer in ``layers`` and after the last one, for whole sequences

@@ -113,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     agree.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype")
     agree.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     agree.add_argument("--out", default=None, help="also write the result as JSON to this file")
+
+    cost = commands.add_parser("verify-cost", help="measure what a target forward of n tokens costs here "
+                               "(tunes the matmul kernels; cached per machine)")
+    cost.add_argument("--model", default=DEFAULT_MODEL, help="default: the embedded SmolLM2-135M-Instruct")
+    cost.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    cost.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    cost.add_argument("--remeasure", action="store_true", help="measure again even if this machine's curve is cached")
+    cost.add_argument("--json", action="store_true", help="print the curve as one JSON object")
     return parser
 
 
@@ -260,7 +268,26 @@ def agreement_command(args) -> int:
     return 0
 
 
-COMMANDS = {"generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
+def verify_cost_command(args) -> int:
+    engine = Engine.load(args.model, args.dtype, args.device)
+    curve = engine.verify_cost(remeasure=args.remeasure, progress=lambda text: print(text, file=sys.stderr))
+    if args.json:
+        print(json.dumps(curve.to_dict()))
+        return 0
+    kernels = list(curve.by_kernel)
+    print(f"{engine.name}, {engine.dtype} on {engine.device}, {curve.threads} threads, {curve.prefix} tokens cached "
+          f"(curve cached as {curve.key})")
+    print("| n | ms | × n=1 | kernel | " + " | ".join(f"{k} ms" for k in kernels) + " |")
+    print("|---|---|---|---|" + "---|" * len(kernels))
+    for n, seconds in curve.seconds.items():
+        print(f"| {n} | {seconds * 1e3:.1f} | {curve.relative(n):.2f} | {curve.kernels[n]} | "
+              + " | ".join(f"{curve.by_kernel[k][n] * 1e3:.1f}" for k in kernels) + " |")
+    print(f"bandwidth {curve.bandwidth_gb_s:.1f} GB/s, weights {curve.weight_bytes / 1e6:.0f} MB per token: ceiling "
+          f"{curve.ceiling_tokens_per_s:.0f} tok/s; one-token forward here {1 / curve.cost(1):.0f} per second")
+    return 0
+
+
+COMMANDS = {"verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
             "agreement": agreement_command}
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..kv_cache import KVCache
-from ..layers import LayerStack
+from ..layers import LayerStack, decoder_pass
 
 
 class SharedHead(nn.Module):
@@ -104,10 +104,12 @@ class DraftHead(nn.Module):
             positions = torch.arange(start, start + hidden.shape[1], device=hidden.device)[None]
             mask = None if hidden.shape[1] == 1 else LayerStack.causal_mask(
                 start, hidden.shape[1], hidden.dtype, hidden.device)
-        rotary = self.stack.backbone.rotary_emb(hidden, positions)
-        out = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                    position_embeddings=rotary)
-        return out[0] if isinstance(out, tuple) else out
+        return self._run_layer_at(layer, hidden, cache, positions, mask)
+
+    def _run_layer_at(self, layer: nn.Module, hidden: torch.Tensor, cache: KVCache | None, positions: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+        """The head's layer at explicit positions under an explicit mask (draft trees)."""
+        return decoder_pass([layer], hidden, positions, self.stack.backbone.rotary_emb(hidden, positions), mask, cache)
 
 
 class ExitNormHead(DraftHead):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..kv_cache import KVCache
-from ..layers import LayerStack
+from ..layers import LayerStack, decoder_pass
 from ..sampling import Sampler
 from .base import Draft, finish_draft, sample_draft_token
 from .heads import SharedHead
@@ -82,11 +82,8 @@ class StreamingDraft(nn.Module):
         positions = torch.cat([torch.arange(n, device=hidden.device),
                                (anchors.to(hidden.device)[:, None] + offsets).reshape(-1)])[None] + prefix
         mask = stream_mask(prefix, n, anchors, self.n_streams, hidden.dtype, hidden.device)
-        rotary = self.model.model.rotary_emb(x, positions)
-        for layer in self.model.model.layers[self.stream_start:]:
-            x = layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                      position_embeddings=rotary)
-            x = x[0] if isinstance(x, tuple) else x
+        x = decoder_pass(self.model.model.layers[self.stream_start:], x, positions,
+                         self.model.model.rotary_emb(x, positions), mask, cache)
         if cache is not None:
             cache.crop(prefix + n, range(self.stream_start, len(self.model.model.layers)))
         return x[:, :n], x[:, n:].reshape(batch, len(anchors), self.n_streams, d)

@@ -1,0 +1,89 @@
+"""Which matmul kernel runs a linear layer, chosen per number of rows by measuring the whole model.
+
+Decoding this model is a stream of small-M matrix products (M = tokens in the forward: 1 for `ar`,
+γ+1 for a chain, the node count for a tree) against weights far larger than the caches, so every
+product should cost what reading its weight costs. PyTorch's default CPU path does not: measured on
+a 2-core AMD EPYC (Zen 5) in fp32, ``F.linear`` on the 49k-row LM head takes 7 ms for one row (MKL's
+gemv streams ~16 GB/s), 16 ms for two and 12 ms for four, while the same product written weight-first,
+``(W @ xᵀ)ᵀ``, takes 2.6–2.8 ms for two to four rows (≈ 43 GB/s) and oneDNN's linear 2.7 ms for one row
+and 4–5 ms for 8–16. Which kernel wins depends on the CPU, the BLAS, the dtype and M, so nothing here is
+assumed: :func:`tune` times whole-model forwards with each kernel for each M and keeps the fastest, and
+:mod:`engines.verify_cost` stores that choice with the machine's verify-cost curve.
+
+Every kernel computes the same product; they differ only in rounding order (fp32: ~1e-6 relative).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _weight_first(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``(W @ xᵀ)ᵀ``: BLAS then runs a gemm with a narrow N instead of a gemv-like small-M gemm."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = (weight @ rows.T).T
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+KERNELS = {"linear": F.linear, "weight_first": _weight_first, "onednn": _onednn}
+
+
+def available_kernels(device: torch.device | str) -> list[str]:
+    """Kernels that can run on ``device``: the oneDNN op exists only in CPU builds with mkldnn."""
+    if torch.device(device).type != "cpu":
+        return ["linear"]
+    names = ["linear", "weight_first"]
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        names.append("onednn")
+    return names
+
+
+class KernelPlan:
+    """Kernel name per row count M; rows beyond the largest tuned M use the kernel tuned for it."""
+
+    def __init__(self, by_rows: dict[int, str] | None = None):
+        self.by_rows = {int(m): k for m, k in (by_rows or {}).items()}
+        unknown = set(self.by_rows.values()) - set(KERNELS)
+        if unknown:
+            raise ValueError(f"kernel must be one of {tuple(KERNELS)}, got {sorted(unknown)}")
+        self._largest = max(self.by_rows) if self.by_rows else 0
+
+    def kernel(self, rows: int):
+        name = self.by_rows.get(min(rows, self._largest), "linear") if self.by_rows else "linear"
+        return KERNELS[name]
+
+    def to_dict(self) -> dict[str, str]:
+        return {str(m): k for m, k in sorted(self.by_rows.items())}
+
+
+class PlannedLinear(nn.Linear):
+    """An ``nn.Linear`` whose product runs the kernel its plan names for this many rows."""
+
+    plan: KernelPlan
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        return self.plan.kernel(rows)(x, self.weight, self.bias)
+
+
+def install(model: nn.Module, plan: KernelPlan) -> None:
+    """Route every ``nn.Linear`` of ``model`` through ``plan`` (in place; weights untouched)."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.__class__ = PlannedLinear
+            module.plan = plan
+
+
+def uninstall(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, PlannedLinear):
+            module.__class__ = nn.Linear
+            del module.plan

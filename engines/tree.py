@@ -1,0 +1,202 @@
+"""Draft trees and their lossless verification: the one module every tree method uses.
+
+A draft tree hangs off the last committed token (the *root*, not itself a node). The target runs the
+root and every node in one forward under a tree mask — a node attends to the cached prefix, the root,
+its ancestors and itself, at position prefix + depth — so each node's row of logits is the target's
+next-token distribution after that node's path, exactly as if the path had been decoded alone.
+
+The walk then decides which path survives:
+
+- greedy: from the root, step to the child whose token is the target's argmax; stop when none is; the
+  target's argmax after the last accepted node is the bonus (or correction) token;
+- sampling, the multi-candidate rule (SpecInfer; Chen et al. 2023, "recursive rejection sampling"):
+  at a node with target distribution p, try its children in order. A child drawn from q is accepted
+  with probability min(1, p(c)/q(c)); on rejection p ← norm(max(p − q, 0)). A child picked
+  deterministically (top-k, a correction, a lookup) is a point mass: accepted with probability p(c), on
+  rejection p ← norm(p with c removed) — the same formula with q = δ_c. Each child must be drawn
+  independently of its siblings' draws (top-k picks are deterministic, hence independent). If every
+  child is rejected the next token is drawn from the final residual; after the last accepted node with
+  no children left, from that node's p (the bonus). The output distribution equals the target's.
+
+After verification the KV cache keeps only the root's and the accepted path's rows, packed in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .kv_cache import KVCache
+from .sampling import Sampler
+from .verify import residual_distribution
+
+
+@dataclass
+class TreeNode:
+    """One drafted token. ``parent`` −1 hangs off the root; ``q`` is the distribution the token was drawn
+    from (``None``: picked deterministically, a point mass)."""
+
+    token: int
+    parent: int
+    depth: int  # 1 for the root's children
+    logprob: float = 0.0  # the drafter's log q(token)
+    score: float = 0.0  # cumulative log-prob along the path (EAGLE-2's ranking)
+    rank: int = 0  # among its siblings, by the drafter's preference
+    source: str = "draft"  # draft | correction | lookup
+    q: torch.Tensor | None = None
+
+
+@dataclass
+class DraftTreeNodes:
+    """Nodes listed parents-first, plus the drafter's name (for the trace)."""
+
+    nodes: list[TreeNode] = field(default_factory=list)
+    drafter: str = ""
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def add(self, node: TreeNode) -> int:
+        if node.parent >= len(self.nodes):
+            raise ValueError("tree nodes must be listed parents-first")
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    @property
+    def tokens(self) -> list[int]:
+        return [n.token for n in self.nodes]
+
+    @property
+    def parents(self) -> list[int]:
+        return [n.parent for n in self.nodes]
+
+    def children(self) -> dict[int, list[int]]:
+        """Node ids by parent (−1 = root), siblings in the order they are tried."""
+        kids: dict[int, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            kids.setdefault(node.parent, []).append(i)
+        for ids in kids.values():
+            ids.sort(key=lambda i: self.nodes[i].rank)
+        return kids
+
+    def path_to(self, node: int) -> list[int]:
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.nodes[node].parent
+        return path[::-1]
+
+    def subset(self, keep: list[int]) -> "DraftTreeNodes":
+        """The tree restricted to ``keep`` (which must hold every kept node's ancestors), renumbered."""
+        keep = sorted(keep)
+        new_id = {old: new for new, old in enumerate(keep)}
+        out = DraftTreeNodes(drafter=self.drafter)
+        for old in keep:
+            node = self.nodes[old]
+            if node.parent >= 0 and node.parent not in new_id:
+                raise ValueError(f"node {old} is kept without its parent {node.parent}")
+            out.add(TreeNode(node.token, new_id.get(node.parent, -1), node.depth, node.logprob, node.score,
+                             node.rank, node.source, node.q))
+        return out
+
+    def verify_parents(self) -> list[int]:
+        """Parents for the target's forward over [root] + nodes (root at index 0)."""
+        return [-1] + [n.parent + 1 for n in self.nodes]
+
+
+@dataclass
+class TreeVerdict:
+    path: list[int]  # accepted node ids, root's child first
+    next_token: int
+    next_fate: str  # bonus | correction
+    # per node: accepted | rejected (tried and refused) | unreached (its parent was never accepted)
+    outcomes: list[str]
+    p_token: list[float | None] = field(default_factory=list)  # target p(token) under the rule, per tried node
+    q_token: list[float | None] = field(default_factory=list)
+    draws: list[float | None] = field(default_factory=list)  # the uniform that decided each tried node
+
+
+def greedy_tree(tree: DraftTreeNodes, target_logits: torch.Tensor) -> TreeVerdict:
+    """``target_logits`` ``[1 + n, V]``: row 0 after the root, row 1 + i after node i."""
+    predicted = target_logits.argmax(-1).tolist()
+    kids = tree.children()
+    outcomes = ["unreached"] * len(tree)
+    path, row = [], 0
+    parent = -1
+    while True:
+        chosen = None
+        for child in kids.get(parent, []):
+            if chosen is None and tree.nodes[child].token == predicted[row]:
+                chosen = child
+            outcomes[child] = "accepted" if child == chosen else "rejected"
+        if chosen is None:
+            break
+        path.append(chosen)
+        parent, row = chosen, chosen + 1
+    fate = "correction" if kids.get(parent) else "bonus"
+    return TreeVerdict(path, predicted[row], fate, outcomes)
+
+
+def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampler) -> TreeVerdict:
+    """The multi-candidate rule over warped target distributions ``[1 + n, V]``."""
+    kids = tree.children()
+    n = len(tree)
+    outcomes = ["unreached"] * n
+    p_token: list[float | None] = [None] * n
+    q_token: list[float | None] = [None] * n
+    draws: list[float | None] = [None] * n
+    path, parent, row = [], -1, 0
+    p = target_probs[0]
+    while True:
+        accepted = None
+        for child in kids.get(parent, []):
+            node = tree.nodes[child]
+            q = node.q
+            p_c = float(p[node.token])
+            q_c = 1.0 if q is None else float(q[node.token])
+            u = sampler.uniform()
+            p_token[child], q_token[child], draws[child] = p_c, q_c, u
+            if u * q_c < p_c:  # u < p/q without dividing by zero
+                accepted = child
+                outcomes[child] = "accepted"
+                break
+            outcomes[child] = "rejected"
+            if q is None:
+                p = p.clone()
+                p[node.token] = 0
+                total = p.sum()
+                p = p / total if total > 0 else p
+            else:
+                p = residual_distribution(p, q)
+        if accepted is None:
+            fate = "correction" if kids.get(parent) else "bonus"
+            return TreeVerdict(path, sampler.draw(p), fate, outcomes, p_token, q_token, draws)
+        path.append(accepted)
+        parent, row = accepted, accepted + 1
+        p = target_probs[row]
+
+
+def verify_tree(tree: DraftTreeNodes, target_logits: torch.Tensor, sampler: Sampler) -> TreeVerdict:
+    if sampler.greedy:
+        return greedy_tree(tree, target_logits)
+    return sample_tree(tree, sampler.probs(target_logits), sampler)
+
+
+def keep_path(cache: KVCache, prefix: int, path: list[int]) -> None:
+    """Compact a cache that holds [root] + nodes after ``prefix``: keep the root and the accepted path."""
+    cache.keep(prefix, [0] + [node + 1 for node in path])
+
+
+def tree_mask_over(prefix: int, slots: int, ancestors: list[list[int]], dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask ``[1, 1, n, prefix + slots + n]`` for n new rows appended after ``slots`` earlier tree
+    rows: row i sees the prefix, the earlier slots listed in ``ancestors[i]`` and itself."""
+    n = len(ancestors)
+    allowed = torch.zeros(n, prefix + slots + n, dtype=torch.bool)
+    allowed[:, :prefix] = True
+    for i, seen in enumerate(ancestors):
+        allowed[i, [prefix + s for s in seen]] = True
+        allowed[i, prefix + slots + i] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)

@@ -1,0 +1,214 @@
+"""What one target forward of n new tokens costs on the running machine: the verify-cost curve.
+
+Every speculative method trades draft work for fewer target calls, and what a call over n tokens costs
+decides whether that pays: on a GPU verifying 16 tokens costs about what one does, on a 2-core CPU it
+may cost twice as much. So the curve is measured where the engine runs, never assumed, and cached per
+machine, model, dtype, device and thread count (``<cache_dir>/verify_cost/``). Methods read it to size
+their drafts (``gamma=auto``, ``total_tokens=auto``); the Theory page and the README draw it.
+
+Measuring it also tunes the matmul kernel per row count (see :mod:`engines.kernels`): each candidate
+kernel times the same forwards and the fastest per n is kept, so the stored curve is the one the
+engine will actually run. ``ceiling_tokens_per_s`` is the memory-bandwidth bound it is compared with:
+the bytes of weights one decoding step reads ÷ the bandwidth of a large read measured here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .kernels import KernelPlan, available_kernels, install
+from .model import cache_dir
+
+CURVE_VERSION = 1
+
+
+@dataclass
+class VerifyCost:
+    """Median seconds of one target forward of n new tokens after ``prefix`` cached ones."""
+
+    key: str
+    seconds: dict  # n → seconds with the chosen kernels
+    kernels: dict  # n → kernel name chosen for that many rows
+    by_kernel: dict = field(default_factory=dict)  # kernel → {n → seconds}: what tuning saw
+    prefix: int = 0
+    threads: int = 1
+    bandwidth_gb_s: float = 0.0
+    weight_bytes: int = 0
+    version: int = CURVE_VERSION
+
+    def __post_init__(self):
+        self.seconds = {int(n): float(s) for n, s in self.seconds.items()}
+        self.kernels = {int(n): k for n, k in self.kernels.items()}
+        self.by_kernel = {k: {int(n): float(s) for n, s in v.items()} for k, v in self.by_kernel.items()}
+
+    @property
+    def max_tokens(self) -> int:
+        return max(self.seconds)
+
+    def cost(self, n: int) -> float:
+        """Seconds for n tokens; beyond the measured range, extended along the last two points."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if n in self.seconds:
+            return self.seconds[n]
+        known = sorted(self.seconds)
+        below = max((m for m in known if m < n), default=known[0])
+        above = min((m for m in known if m > n), default=None)
+        if above is None:  # extrapolate: slope of the last measured stretch, never below flat
+            a, b = known[-2], known[-1]
+            slope = max((self.seconds[b] - self.seconds[a]) / (b - a), 0.0)
+            return self.seconds[b] + slope * (n - b)
+        weight = (n - below) / (above - below)
+        return self.seconds[below] * (1 - weight) + self.seconds[above] * weight
+
+    def relative(self, n: int) -> float:
+        """Cost of verifying n tokens in units of one `ar` step."""
+        return self.cost(n) / self.cost(1)
+
+    @property
+    def ceiling_tokens_per_s(self) -> float:
+        return self.bandwidth_gb_s * 1e9 / self.weight_bytes if self.weight_bytes else 0.0
+
+    def plan(self) -> KernelPlan:
+        return KernelPlan(self.kernels)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def machine_key(model: torch.nn.Module, name: str, dtype: torch.dtype, device: torch.device,
+                threads: int) -> str:
+    """Names what the curve depends on: CPU (or GPU) model, torch, the model's weights, dtype, threads."""
+    if device.type == "cuda":
+        hardware = torch.cuda.get_device_name(device)
+    else:
+        hardware = _cpu_name()
+    shapes = ",".join(f"{tuple(p.shape)}" for p in model.parameters())
+    digest = hashlib.sha1(f"{hardware}|{torch.__version__}|{name}|{shapes}".encode()).hexdigest()[:10]
+    return f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}-t{threads}-{digest}"
+
+
+def _cpu_name() -> str:
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        pass
+    parts = [fields.get(k, "") for k in ("model name", "cpu family", "model")]
+    return "|".join(parts + [platform.machine(), str(os.cpu_count())])
+
+
+def curve_path(key: str) -> Path:
+    return cache_dir() / "verify_cost" / f"{key}.json"
+
+
+def load_curve(key: str) -> VerifyCost | None:
+    path = curve_path(key)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("version") != CURVE_VERSION:
+        return None
+    return VerifyCost(**record)
+
+
+def save_curve(curve: VerifyCost) -> Path:
+    path = curve_path(curve.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(curve.to_dict(), indent=1) + "\n")
+    return path
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one decoding step reads: every parameter once (a tied head counts once)."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def measure_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 5) -> float:
+    """GB/s of a large sequential read (a sum over a buffer far larger than the caches)."""
+    buffer = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        _sync(device)
+        start = time.perf_counter()
+        buffer.sum()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_forwards(stack, prefix: int, ns: list[int], repeats: int) -> dict[int, float]:
+    """Median seconds of a forward of n tokens after ``prefix`` cached tokens, for each n in ``ns``.
+
+    The n's are interleaved across repeats so drift on a shared machine spreads over all of them.
+    """
+    vocab = stack.config.vocab_size
+    ids = [(7 * i + 3) % vocab for i in range(prefix + max(ns))]
+    cache = stack.new_cache(prefix + max(ns))
+    samples: dict[int, list[float]] = {n: [] for n in ns}
+    with torch.inference_mode():
+        stack.forward(ids[:prefix], cache)
+        for n in ns:  # warm-up: first calls at a new shape allocate
+            stack.forward(ids[prefix:prefix + n], cache)
+            cache.crop(prefix)
+        for _ in range(repeats):
+            for n in ns:
+                _sync(stack.device)
+                start = time.perf_counter()
+                stack.forward(ids[prefix:prefix + n], cache)
+                _sync(stack.device)
+                samples[n].append(time.perf_counter() - start)
+                cache.crop(prefix)
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: int = 5,
+            kernels: list[str] | None = None, progress: Callable[[str], None] | None = None) -> VerifyCost:
+    """Time the target for n = 1..``max_tokens`` with every available kernel; keep the fastest per n.
+
+    Leaves the chosen kernels installed on ``stack.model``.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if prefix < 1:
+        raise ValueError(f"prefix must be >= 1, got {prefix}")
+    capacity = getattr(stack.config, "max_position_embeddings", prefix + max_tokens)
+    if prefix + max_tokens > capacity:
+        raise ValueError(f"prefix + max_tokens must fit the context window of {capacity}, got {prefix + max_tokens}")
+    kernels = kernels or available_kernels(stack.device)
+    ns = list(range(1, max_tokens + 1))
+    by_kernel = {}
+    for kernel in kernels:
+        if progress:
+            progress(f"timing forwards of 1..{max_tokens} tokens with the {kernel} kernel")
+        install(stack.model, KernelPlan({1: kernel}))
+        by_kernel[kernel] = time_forwards(stack, prefix, ns, repeats)
+    chosen = {n: min(kernels, key=lambda k: by_kernel[k][n]) for n in ns}
+    seconds = {n: by_kernel[chosen[n]][n] for n in ns}
+    threads = torch.get_num_threads()
+    curve = VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds, chosen,
+                       by_kernel, prefix, threads, measure_bandwidth(stack.device), weight_bytes(stack.model))
+    install(stack.model, curve.plan())
+    return curve

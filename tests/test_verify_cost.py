@@ -1,0 +1,93 @@
+"""Kernel plans and the verify-cost curve, on tiny random models (the real curve is measured by the CLI)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engines import Engine
+from engines.kernels import KERNELS, KernelPlan, PlannedLinear, available_kernels, install, uninstall
+from engines.layers import LayerStack
+from engines.verify_cost import VerifyCost, load_curve, measure, save_curve
+from tests.conftest import tiny_llama
+
+
+@pytest.mark.parametrize("kernel", available_kernels("cpu"))
+@pytest.mark.parametrize("rows", [1, 2, 5, 17])
+def test_every_kernel_computes_the_linear_product(kernel, rows):
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(1, rows, 24), torch.randn(40, 24), torch.randn(40)
+    expected = F.linear(x, weight, bias)
+    assert torch.allclose(KERNELS[kernel](x, weight, bias), expected, atol=1e-5)
+    assert torch.allclose(KERNELS[kernel](x, weight, None), F.linear(x, weight), atol=1e-5)
+
+
+def test_plan_picks_kernel_by_rows_and_extends_the_largest():
+    plan = KernelPlan({1: "onednn", 2: "weight_first", 4: "linear"})
+    assert plan.kernel(1) is KERNELS["onednn"]
+    assert plan.kernel(2) is KERNELS["weight_first"]
+    assert plan.kernel(3) is KERNELS["linear"]  # not tuned: the default
+    assert plan.kernel(99) is KERNELS["linear"]  # beyond the largest tuned: its kernel
+    assert KernelPlan().kernel(5) is F.linear
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        KernelPlan({1: "cublas"})
+
+
+def test_installed_plan_keeps_the_model_output():
+    model = tiny_llama(vocab=16)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        before = model(ids).logits
+        install(model, KernelPlan({n: "weight_first" for n in range(1, 8)}))
+        assert any(isinstance(m, PlannedLinear) for m in model.modules())
+        after = model(ids).logits
+        uninstall(model)
+    assert torch.allclose(before, after, atol=1e-5)
+    assert not any(isinstance(m, PlannedLinear) for m in model.modules())
+
+
+def test_measure_gives_a_curve_for_every_n_and_installs_its_kernels():
+    stack = LayerStack(tiny_llama(vocab=16))
+    curve = measure(stack, "tiny", max_tokens=4, prefix=8, repeats=2)
+    assert sorted(curve.seconds) == [1, 2, 3, 4]
+    assert set(curve.by_kernel) == set(available_kernels("cpu"))
+    for n, kernel in curve.kernels.items():
+        assert curve.seconds[n] == min(times[n] for times in curve.by_kernel.values())
+        assert curve.by_kernel[kernel][n] == curve.seconds[n]
+    assert all(m.plan.by_rows == curve.kernels for m in stack.model.modules() if isinstance(m, PlannedLinear))
+    assert curve.weight_bytes > 0 and curve.bandwidth_gb_s > 0
+    with pytest.raises(ValueError, match="max_tokens"):
+        measure(stack, "tiny", max_tokens=0)
+    with pytest.raises(ValueError, match="context window"):
+        measure(stack, "tiny", max_tokens=16, prefix=120)
+
+
+def test_cost_interpolates_and_extrapolates_never_downhill():
+    curve = VerifyCost("k", {1: 1.0, 2: 1.5, 4: 2.0}, {1: "linear", 2: "linear", 4: "linear"})
+    assert curve.cost(3) == pytest.approx(1.75)
+    assert curve.cost(6) == pytest.approx(2.5)  # slope of the last stretch
+    assert curve.relative(4) == 2.0
+    flat = VerifyCost("k", {1: 1.0, 2: 0.9}, {1: "linear", 2: "linear"})
+    assert flat.cost(10) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="n must be"):
+        curve.cost(0)
+
+
+def test_curve_round_trips_through_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    curve = VerifyCost("model-x", {1: 0.01, 2: 0.012}, {1: "onednn", 2: "linear"}, {"linear": {1: 0.02, 2: 0.012}},
+                       prefix=8, threads=2, bandwidth_gb_s=10.0, weight_bytes=10**9)
+    save_curve(curve)
+    loaded = load_curve("model-x")
+    assert loaded.to_dict() == curve.to_dict()
+    assert loaded.ceiling_tokens_per_s == pytest.approx(10.0)
+    assert load_curve("other") is None
+
+
+def test_engine_measures_a_custom_model_once_and_keeps_it_in_memory(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    engine = Engine(tiny_llama(vocab=16))
+    assert engine.verify_cost(measure_if_missing=False) is None
+    curve = engine.verify_cost()
+    assert engine.verify_cost() is curve
+    assert not (tmp_path / "verify_cost").exists()  # a model built in memory is not cached on disk
+    assert engine.run([1, 2, 3], "ar", max_new_tokens=4).token_ids  # still decodes with the tuned kernels
