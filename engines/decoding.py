@@ -60,7 +60,7 @@ class Transcript:
         return self.ctx.max_new_tokens - len(self.new_ids)
 
     def commit(self, round_: int, tokens: list[int], fates: list[str], drafted: int = 0,
-               accepted: int = 0) -> Commit:
+               accepted: int = 0, draft_depth: int | None = None) -> Commit:
         tokens, fates = tokens[: self.remaining], fates[: self.remaining]
         for i, token in enumerate(tokens):
             if token in self.ctx.eos_ids:
@@ -77,12 +77,15 @@ class Transcript:
         if not self.stop_reason and self.remaining <= 0:
             self.stop_reason = "max_new_tokens"
         return Commit(t=self.ctx.trace.now(), round=round_, tokens=tokens, fates=fates, pieces=pieces,
-                      drafted=drafted, accepted=min(accepted, len(tokens)))
+                      drafted=drafted, accepted=min(accepted, len(tokens)), draft_depth=draft_depth)
 
 
 def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observe: tuple = (),
-                   shallow: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, dict]:
+                   shallow: tuple[torch.Tensor, int] | None = None,
+                   parents: list[int] | None = None) -> tuple[torch.Tensor, dict]:
     """Target logits for ``tokens`` ``[n, V]``, plus the hidden states after each layer in ``observe``.
+
+    ``parents`` makes ``tokens`` a tree (see :func:`engines.layers.tree_mask`) instead of a chain.
 
     ``shallow = (hidden, ℓ)``: an early-exit draft already ran layers [0, ℓ) on all but the last token
     (sharing this cache), so only that token goes through them before the deep layers run on all.
@@ -95,7 +98,7 @@ def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observ
             last = target.run(hidden[:, -1:], layer, stop, cache)
             hidden = torch.cat([shallow[0], last], dim=1)
         else:
-            hidden = target.run(hidden, layer, stop, cache)
+            hidden = target.run(hidden, layer, stop, cache, parents)
         layer = stop
         if stop in observe:
             seen[stop] = hidden

@@ -73,7 +73,8 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
     reached: list[int] = []
     passed: list[int] = []
     for c in rounds:
-        for position in range(min(c.accepted + 1, c.drafted)):
+        depth = c.drafted if c.draft_depth is None else c.draft_depth
+        for position in range(min(c.accepted + 1, depth)):
             if position == len(reached):
                 reached.append(0)
                 passed.append(0)

@@ -4,6 +4,10 @@ Events are plain dataclasses with a ``kind`` tag; they serialize to JSON lines a
 Times are seconds since the run started, on one clock (``time.perf_counter``).
 Detailed events (draft trees, verifications, stage spans) can be switched off for pure speed runs;
 commits and the run's start and end are always emitted because the text and the stats come from them.
+
+Schema versions: 1 — chains only; 2 — draft trees (nodes carry score, sibling rank and whether they were
+sent to verification; verifications carry each tried node's p, q and draw; commits their tree's depth).
+Fields added after version 1 have defaults, so version-1 traces still load and replay.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
+
+
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -37,6 +44,7 @@ class RunStart(Event):
     prompt_tokens: int
     max_new_tokens: int
     temperature: float
+    schema: int = SCHEMA_VERSION
 
 
 @dataclass
@@ -48,7 +56,9 @@ class Prefill(Event):
 
 @dataclass
 class DraftTree(Event):
-    """Nodes are dicts ``{id, parent, token, logprob, depth}``; parent −1 hangs off the last committed token."""
+    """Nodes are dicts ``{id, parent, token, logprob, depth}``; parent −1 hangs off the last committed token.
+    Trees add ``score`` (cumulative log-prob), ``rank`` (among siblings), ``sent`` (verified or pruned)
+    and ``source`` (draft | correction)."""
 
     kind: ClassVar[str] = "draft_tree"
     round: int
@@ -64,6 +74,8 @@ class Verification(Event):
     rejected: list  # node ids thrown away
     next_token: int
     next_fate: str  # "bonus" or "correction"
+    # trees: per tried node {"id", "outcome": accepted | rejected, "p": p(x), "q": q(x), "draw": u} (p, q, u when sampling)
+    nodes: list = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +101,7 @@ class Commit(Event):
     pieces: list  # the text each token adds
     drafted: int
     accepted: int
+    draft_depth: int | None = None  # deepest draft position offered; None = a chain (depth = drafted)
 
 
 @dataclass
@@ -105,8 +118,9 @@ DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind}
 
 
 def event_from_dict(record: dict) -> Event:
+    """Rebuild an event; fields newer than the record (they all have defaults) keep their defaults."""
     cls = EVENT_TYPES[record["kind"]]
-    return cls(**{f.name: record[f.name] for f in fields(cls)})
+    return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
 def write_jsonl(events: Iterable[Event], path: str | Path) -> None:

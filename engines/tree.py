@@ -163,10 +163,7 @@ def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampl
                 break
             outcomes[child] = "rejected"
             if q is None:
-                p = p.clone()
-                p[node.token] = 0
-                total = p.sum()
-                p = p / total if total > 0 else p
+                p = _remove_token(p, node.token)
             else:
                 p = residual_distribution(p, q)
         if accepted is None:
@@ -175,6 +172,14 @@ def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampl
         path.append(accepted)
         parent, row = accepted, accepted + 1
         p = target_probs[row]
+
+
+def _remove_token(p: torch.Tensor, token: int) -> torch.Tensor:
+    """The residual after a point mass at ``token`` is rejected: p with that token removed, renormalized."""
+    p = p.clone()
+    p[token] = 0
+    total = p.sum()
+    return p / total if total > 0 else p
 
 
 def verify_tree(tree: DraftTreeNodes, target_logits: torch.Tensor, sampler: Sampler) -> TreeVerdict:
@@ -200,3 +205,33 @@ def tree_mask_over(prefix: int, slots: int, ancestors: list[list[int]], dtype: t
     mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None].to(device)
+
+
+class TreeSlots:
+    """Where a drafter's own KV cache holds the tree nodes it has fed so far, to grow a tree depth by depth.
+
+    A drafter's cache holds its committed prefix (``base`` entries); each expansion appends a batch of
+    nodes after it, in the order fed. A new node must see the prefix, its fed ancestors and itself, at
+    position ``base + depth − 1 + offset``.
+    """
+
+    def __init__(self, base: int, offset: int = 0):
+        self.base = base
+        self.offset = offset
+        self.slot: dict[int, int] = {}
+
+    def inputs(self, tree: DraftTreeNodes, ids: list[int], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions ``[1, k]`` and mask for feeding nodes ``ids``; records their slots."""
+        ancestors = []
+        for i in ids:
+            parent = tree.nodes[i].parent
+            path = tree.path_to(parent) if parent >= 0 else []
+            missing = [a for a in path if a not in self.slot]
+            if missing:
+                raise ValueError(f"node {i} fed before its ancestors {missing}")
+            ancestors.append([self.slot[a] for a in path])
+        positions = torch.tensor([[self.base + self.offset + tree.nodes[i].depth - 1 for i in ids]], device=device)
+        mask = tree_mask_over(self.base, len(self.slot), ancestors, dtype, device)
+        for i in ids:
+            self.slot[i] = len(self.slot)
+        return positions, mask

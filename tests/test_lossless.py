@@ -16,6 +16,8 @@ CASES = [
     ("pld", {"gamma": 10, "max_ngram": 2}),
     ("eesd", {"gamma": 2, "exit_layer": 4}),
     ("eesd", {"gamma": 5, "exit_layer": 24}),
+    ("eagle", {}),
+    ("eagle", {"draft": "tiny", "depth": 3, "topk": 3, "total_tokens": 8}),
 ]
 NEW_TOKENS = 40
 

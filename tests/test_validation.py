@@ -20,6 +20,11 @@ BAD_CALLS = [
     (dict(method="sps", draft_layers=30), "draft_layers"),
     (dict(method="sps", exit_layer=3), "unknown option"),
     (dict(method="pld", max_ngram=2, min_ngram=3), "min_ngram"),
+    (dict(method="eagle", depth=0), r"depth must be in \[1, 12\]"),
+    (dict(method="eagle", topk=17), r"topk must be in \[1, 16\]"),
+    (dict(method="eagle", total_tokens=61), r"total_tokens must be in \[1, 60\]"),
+    (dict(method="eagle", total_tokens="many"), "total_tokens"),
+    (dict(method="eagle", draft="self"), "draft must be one of"),
 ]
 
 

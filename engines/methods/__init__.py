@@ -2,11 +2,12 @@
 
 from .ar import AR
 from .base import Method, MethodConfig
+from .eagle import EagleTree
 from .eesd import EarlyExitSelfSpeculation
 from .pld import PromptLookup
 from .sps import SpeculativeSampling
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree)}
 
 
 def get_method(name: str) -> type[Method]:

@@ -1,0 +1,75 @@
+"""Drafters that grow a tree: the root's next-token logits, then one batched call per depth.
+
+Each keeps its own KV cache: the committed prefix (synced as in chain drafting) followed by the tree
+nodes fed this round under a tree mask (:class:`engines.tree.TreeSlots`); ``finish`` drops the nodes,
+so next round starts from the committed prefix again, whatever the verdict.
+
+- :class:`EagleTreeDrafter` — the EAGLE head: a node's input pairs its token's embedding with the
+  feature the head predicted at its parent (the root's from the last verified features);
+- :class:`ModelTreeDrafter` — a separate draft model (``tiny``): a node is one more token in its cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..sampling import Sampler
+from ..tree import DraftTreeNodes, TreeSlots
+from .eagle import EagleDrafter
+from .model_draft import ModelDrafter
+
+
+class EagleTreeDrafter(EagleDrafter):
+    def root(self, committed: list[int]) -> torch.Tensor:
+        """Full-vocabulary logits of the token after ``committed``."""
+        self.cache.crop(self.synced)
+        features = torch.cat(self.features, dim=1)
+        n = features.shape[1]
+        predicted = self._step(committed[self.synced + 1: self.synced + 1 + n], features)[:, -1:]
+        self.synced += n
+        self.features = []
+        self.slots = TreeSlots(self.cache.length())
+        self.root_feature = predicted
+        self.node_features: dict[int, torch.Tensor] = {}
+        return self.head.head.to_full(self.head(predicted)[0, -1])
+
+    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> torch.Tensor:
+        """Feed nodes ``ids`` (one batch); logits ``[k, V]`` of each one's children."""
+        parents = [tree.nodes[i].parent for i in ids]
+        features = torch.cat([self.root_feature if p < 0 else self.node_features[p] for p in parents], dim=1)
+        embeddings = self.target.embed([tree.nodes[i].token for i in ids]).to(features.dtype)
+        positions, mask = self.slots.inputs(tree, ids, features.dtype, features.device)
+        fused = self.head.fc(torch.cat([embeddings, features], dim=-1))
+        predicted = self.head._run_layer_at(self.head.layer, fused, self.cache, positions, mask)
+        for j, i in enumerate(ids):
+            self.node_features[i] = predicted[:, j:j + 1]
+        return self.head.head.to_full(self.head(predicted)[0])
+
+    def finish(self) -> None:
+        self.cache.crop(self.synced)
+
+
+class ModelTreeDrafter(ModelDrafter):
+    def root(self, committed: list[int]) -> torch.Tensor:
+        logits = self._logits(self._rewind(committed))
+        self.slots = TreeSlots(self.cache.length())
+        return logits
+
+    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> torch.Tensor:
+        stack = self.stack
+        positions, mask = self.slots.inputs(tree, ids, stack.dtype, stack.device)
+        hidden = stack.run_at(stack.embed([tree.nodes[i].token for i in ids]), 0, self.n_layers, self.cache,
+                              positions, mask)
+        if self.head is not None:
+            return self.head.to_full(self.head(stack.backbone.norm(hidden))[0])
+        return stack.logits(hidden)
+
+    def finish(self) -> None:
+        self.cache.crop(len(self.cached_ids))
+
+
+def draft_logprobs(logits: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+    """log q for ranking tree nodes: the drafter's distribution after the run's warpers (raw when greedy)."""
+    if sampler.greedy:
+        return torch.log_softmax(logits.float(), dim=-1)
+    return sampler.probs(logits.float()).log()

@@ -1,0 +1,175 @@
+"""Draft trees: the tree-masked forward equals each path run alone, the walks, cache compaction,
+EAGLE-2's builder, and exactness of the multi-candidate sampling rule."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import engines.tree as tree_module
+from engines import Engine
+from engines.dynamic_tree import TreeSizer, best_nodes
+from engines.layers import LayerStack
+from engines.sampling import Sampler
+from engines.tree import DraftTreeNodes, TreeNode, greedy_tree, keep_path, sample_tree
+from tests.conftest import tiny_llama
+from tests.test_sampling_exact import chi_square_pvalue, exact_distribution
+
+
+def small_tree() -> DraftTreeNodes:
+    """root ─ a(0) ─ c(2) ─ e(4)        tokens: a=5 b=6 c=7 d=8 e=9
+             └ b(1) ─ d(3)"""
+    tree = DraftTreeNodes()
+    tree.add(TreeNode(5, -1, 1, rank=0))
+    tree.add(TreeNode(6, -1, 1, rank=1))
+    tree.add(TreeNode(7, 0, 2))
+    tree.add(TreeNode(8, 1, 2))
+    tree.add(TreeNode(9, 2, 3))
+    return tree
+
+
+def leaf_paths(tree: DraftTreeNodes) -> list[list[int]]:
+    parents = set(tree.parents)
+    return [tree.path_to(i) for i in range(len(tree)) if i not in parents]
+
+
+def assert_tree_forward_equals_paths(stack: LayerStack, prefix: list[int], root: int, tree: DraftTreeNodes, atol):
+    with torch.inference_mode():
+        cache = stack.new_cache(64)
+        stack.forward(prefix, cache)
+        tree_logits = stack.forward([root] + tree.tokens, cache, tree.verify_parents())
+        for path in leaf_paths(tree):
+            alone = stack.new_cache(64)
+            stack.forward(prefix, alone)
+            path_logits = stack.forward([root] + [tree.nodes[i].token for i in path], alone)
+            rows = [0] + [i + 1 for i in path]
+            assert (tree_logits[rows] - path_logits).abs().max() < atol
+
+
+def test_tree_forward_equals_each_path_alone_tiny_model():
+    stack = LayerStack(tiny_llama(vocab=16, layers=3))
+    assert_tree_forward_equals_paths(stack, [1, 2, 3, 4], 3, small_tree(), atol=1e-5)
+
+
+def test_tree_forward_equals_each_path_alone_real_model(real_engine):
+    tree = DraftTreeNodes()
+    for token, parent in [(563, -1), (3202, -1), (314, 0), (1092, 0), (28, 1), (2593, 2), (30, 5)]:
+        tree.add(TreeNode(token, parent, 1 if parent < 0 else tree.nodes[parent].depth + 1))
+    prefix = real_engine.encode("Name three colours.")
+    assert_tree_forward_equals_paths(real_engine.target, prefix, 504, tree, atol=2e-3)
+
+
+def one_hot_rows(tokens, vocab=12):
+    logits = torch.full((len(tokens), vocab), -10.0)
+    logits[torch.arange(len(tokens)), torch.tensor(tokens)] = 10.0
+    return logits
+
+
+def test_greedy_tree_walks_the_matching_branch():
+    tree = small_tree()
+    # rows: after the root, then after each node. Target: b(6) after root, d(8) after b, 3 after d
+    verdict = greedy_tree(tree, one_hot_rows([6, 0, 8, 0, 3, 0]))
+    assert verdict.path == [1, 3]
+    assert (verdict.next_token, verdict.next_fate) == (3, "bonus")
+    assert verdict.outcomes == ["rejected", "accepted", "unreached", "accepted", "unreached"]
+    verdict = greedy_tree(tree, one_hot_rows([5, 7, 0, 9, 0, 4]))
+    assert verdict.path == [0, 2, 4] and (verdict.next_token, verdict.next_fate) == (4, "bonus")
+    verdict = greedy_tree(tree, one_hot_rows([5, 11, 0, 0, 0, 0]))
+    assert verdict.path == [0] and (verdict.next_token, verdict.next_fate) == (11, "correction")
+
+
+def test_keep_path_compacts_the_accepted_rows():
+    stack = LayerStack(tiny_llama(vocab=16))
+    cache = stack.new_cache(32)
+    tree = small_tree()
+    with torch.inference_mode():
+        stack.forward([1, 2, 3], cache)
+        stack.forward([4] + tree.tokens, cache, tree.verify_parents())
+        expected = [cache.keys[0][:, :, 3 + r].clone() for r in (0, 1, 3, 5)]  # root, a, c, e
+        keep_path(cache, 3, [0, 2, 4])
+    assert cache.length() == 7
+    for slot, key in enumerate(expected):
+        assert torch.equal(cache.keys[0][:, :, 3 + slot], key)
+
+
+def test_best_nodes_keeps_the_highest_scores_with_their_ancestors():
+    tree = DraftTreeNodes()
+    for token, parent, score in [(1, -1, -0.1), (2, -1, -2.0), (3, 0, -0.5), (4, 0, -3.0), (5, 2, -0.6), (6, 1, -2.1)]:
+        tree.add(TreeNode(token, parent, 1 if parent < 0 else tree.nodes[parent].depth + 1, score=score))
+    assert best_nodes(tree, 3) == [0, 2, 4]
+    assert best_nodes(tree, 5) == [0, 1, 2, 4, 5]
+    assert tree.subset([0, 2, 4]).parents == [-1, 0, 1]
+    with pytest.raises(ValueError, match="without its parent"):
+        tree.subset([2])
+
+
+def test_tree_sizer_grows_when_verification_is_nearly_free():
+    tree = DraftTreeNodes()
+    for i in range(20):
+        tree.add(TreeNode(i, -1, 1, score=-0.5 - 0.2 * i, rank=i))
+    free = TreeSizer(lambda n: 1.0, max_nodes=60)
+    costly = TreeSizer(lambda n: float(n), max_nodes=60)
+    assert free.choose(tree, 0.0) == 20
+    assert costly.choose(tree, 0.0) < 5
+    free.update(tree, [0])  # node 0 (token 0) hit, every other missed
+    assert free.seen[free._bin(-0.5)] >= 1 and free.hits[free._bin(-0.5)] == 1
+
+
+V = 6
+P = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])
+Q = torch.tensor([0.05, 0.10, 0.40, 0.25, 0.15, 0.05])
+
+
+def first_token_pvalue(rule_children: str, runs: int = 20000) -> float:
+    """The root's committed token over many seeded walks: it must follow P whatever the children were."""
+    generator = torch.Generator().manual_seed(0)
+    sampler = Sampler(1.0, seed=1)
+    counts = torch.zeros(V)
+    rows = torch.stack([P] + [torch.full((V,), 1 / V)] * 2)
+    for _ in range(runs):
+        tree = DraftTreeNodes()
+        if rule_children == "sampled":  # two independent draws from q
+            for rank in range(2):
+                tree.add(TreeNode(int(torch.multinomial(Q, 1, generator=generator)), -1, 1, rank=rank, q=Q))
+        else:  # top-2 of q, point masses
+            for rank, token in enumerate(Q.topk(2).indices.tolist()):
+                tree.add(TreeNode(token, -1, 1, rank=rank))
+        verdict = sample_tree(tree, rows, sampler)
+        token = tree.nodes[verdict.path[0]].token if verdict.path else verdict.next_token
+        counts[token] += 1
+    return float(chisquare(counts.numpy(), (P * runs).numpy()).pvalue)
+
+
+@pytest.mark.parametrize("children", ["sampled", "point_mass"])
+def test_multi_candidate_rule_keeps_the_target_distribution(children):
+    assert first_token_pvalue(children) > 0.001
+
+
+@pytest.mark.parametrize("children", ["sampled", "point_mass"])
+def test_multi_candidate_rule_without_residual_update_is_caught(children, monkeypatch):
+    """Trying the second child against the unchanged p (no residual) over-produces children: detected."""
+    monkeypatch.setattr(tree_module, "residual_distribution", lambda p, q: p)
+    if children == "point_mass":
+        monkeypatch.setattr(tree_module, "_remove_token", lambda p, token: p)
+    assert first_token_pvalue(children) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def tiny_tree_engine():
+    target = tiny_llama(vocab=8, layers=2, seed=1, logit_scale=4.0)
+    engine = Engine(target)
+    engine.add_draft("other", tiny_llama(vocab=8, layers=1, seed=2, logit_scale=4.0))
+    return engine, exact_distribution(target)
+
+
+def test_eagle_tree_sampling_matches_target_distribution(tiny_tree_engine):
+    engine, dist = tiny_tree_engine
+    assert chi_square_pvalue(engine, dist, "eagle", draft="other", depth=2, topk=2, total_tokens=4) > 0.001
+
+
+def test_eagle_tree_greedy_equals_ar_on_tiny_model(tiny_tree_engine):
+    engine, _ = tiny_tree_engine
+    for prompt in ([1, 2, 3], [4, 4, 5, 6]):
+        expected = engine.run(prompt, "ar", max_new_tokens=12).token_ids
+        for options in ({"depth": 3, "topk": 2, "total_tokens": 5}, {"depth": 4, "topk": 3, "total_tokens": "auto"}):
+            result = engine.run(prompt, "eagle", max_new_tokens=12, draft="other", **options)
+            assert result.token_ids == expected
