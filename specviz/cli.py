@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engines import METHODS, Engine, get_method, write_jsonl
 from engines.model import DEFAULT_MODEL
+from engines.methods.base import int_or_auto
 from engines.trace import Commit, RunEnd
 
 from .tokens import ansi
@@ -23,7 +24,8 @@ def method_option_fields() -> dict[str, type]:
     for method in METHODS.values():
         hints = typing.get_type_hints(method.Config)
         for f in dataclasses.fields(method.Config):
-            found.setdefault(f.name, hints[f.name])
+            kind = hints[f.name]
+            found.setdefault(f.name, int_or_auto if typing.get_args(kind) else kind)  # int | str: a number or "auto"
     return found
 
 

@@ -22,6 +22,24 @@ class MethodConfig:
         return [f.name for f in fields(cls)]
 
 
+AUTO = "auto"
+
+
+def int_or_auto(value):
+    """Options that take an integer or ``"auto"`` arrive as text from the CLI and the dashboard."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value.strip() if isinstance(value, str) else value
+
+
+def require_int_or_auto(name: str, value, low: int, high: int | None = None) -> None:
+    if value == AUTO:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be 'auto' or an integer in [{low}, {high}], got {value!r}")
+    require_int(name, value, low, high)
+
+
 def require_int(name: str, value, low: int, high: int | None = None) -> None:
     allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
     if isinstance(value, bool) or not isinstance(value, int):

@@ -24,7 +24,7 @@ from ..drafters.tree_drafters import EagleTreeDrafter, ModelTreeDrafter
 from ..layers import LayerStack
 from ..trace import Event
 from ..tree_decode import MAX_TREE_NODES, tree_decode
-from .base import Method, MethodConfig, require_int
+from .base import AUTO, Method, MethodConfig, int_or_auto, require_int, require_int_or_auto
 
 TREE_DRAFTS = ("eagle", "tiny")
 
@@ -36,11 +36,13 @@ class EagleConfig(MethodConfig):
     total_tokens: int | str = "auto"
     draft: str = "eagle"
 
+    def __post_init__(self):
+        self.total_tokens = int_or_auto(self.total_tokens)
+
     def validate(self, n_layers: int) -> None:
         require_int("depth", self.depth, 1, 12)
         require_int("topk", self.topk, 1, 16)
-        if self.total_tokens != "auto":
-            require_int("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
+        require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
         if not isinstance(self.draft, str) or not self.draft or self.draft == "self":
             raise ValueError(f"draft must be one of {TREE_DRAFTS} or a draft model's path, got {self.draft!r}")
 
@@ -55,7 +57,7 @@ class EagleTree(Method):
             self.engine.trained_drafter(self.config.draft)
         else:
             self.engine.draft_stack(self.config.draft)
-        if self.config.total_tokens == "auto":
+        if self.config.total_tokens == AUTO:
             self.engine.verify_cost()
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
@@ -68,7 +70,7 @@ class EagleTree(Method):
             drafter = ModelTreeDrafter(stack, name="tiny-tree", head=SharedHead(stack, module.draft_vocab))
         else:
             drafter = ModelTreeDrafter(self.engine.draft_stack(draft), name=f"{draft}-tree")
-        auto = self.config.total_tokens == "auto"
+        auto = self.config.total_tokens == AUTO
         curve = self.engine.verify_cost() if auto else None
         yield from tree_decode(ctx, drafter, self.config.depth, self.config.topk,
                                None if auto else self.config.total_tokens, curve.cost if curve else None)
