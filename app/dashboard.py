@@ -119,8 +119,11 @@ with method_box:
         elif spec.kind is bool:
             options[spec.name] = st.checkbox(spec.label, value=spec.default, key=key, help=spec.help)
         elif spec.kind is int:
-            options[spec.name] = int(st.number_input(spec.label, min_value=spec.low, max_value=spec.high,
-                                                     value=spec.default, step=1, key=key, help=spec.help))
+            automatic = spec.auto and st.checkbox(f"{spec.label}: auto", value=dh.auto_by_default(method, spec.name),
+                                                  key=f"{key}:auto", help=dh.AUTO_HELP)
+            number = int(st.number_input(spec.label, min_value=spec.low, max_value=spec.high, value=spec.default,
+                                         step=1, key=key, help=spec.help, disabled=automatic))
+            options[spec.name] = "auto" if automatic else number
         elif spec.kind is float:
             options[spec.name] = float(st.number_input(spec.label, value=float(spec.default), key=key,
                                                        help=spec.help))

@@ -26,7 +26,12 @@ OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
     "min_ngram": (1, 16),
     "draft_layers": (1, None),
     "exit_layer": (1, None),
+    "depth": (1, 12),
+    "topk": (1, 16),
+    "total_tokens": (1, 60),
 }
+# Where an option's default is "auto", the number its box shows until "auto" is unticked.
+AUTO_NUMBER = {"total_tokens": 16, "gamma": 5}
 OPTION_HELP = {
     "gamma": "γ: tokens drafted per round; one target call then commits between 1 and γ + 1 tokens.",
     "draft": "'self' drafts with the target's own first `draft_layers` layers (plus its final norm and head); "
@@ -40,7 +45,12 @@ OPTION_HELP = {
     "max_ngram": "Longest n-gram of the latest tokens looked up in the context.",
     "min_ngram": "Shortest n-gram tried before giving up on drafting this round.",
     "exit_layer": "ℓ: the first ℓ layers of the target draft (early exit), all layers verify.",
+    "depth": "Levels the draft tree grows: the longest path a round can accept.",
+    "topk": "Children each expanded node proposes, and nodes expanded per level (EAGLE-2's k).",
+    "total_tokens": "Tree nodes sent to the target after reranking; 'auto' picks the size each round from this "
+                    "machine's verify-cost curve.",
 }
+AUTO_HELP = "auto: chosen every round from this machine's measured verify cost and the run's acceptance so far."
 
 
 @dataclass
@@ -54,6 +64,7 @@ class OptionSpec:
     high: int | float | None = None
     help: str = ""
     choices: tuple = ()  # non-empty: a select box instead of free text
+    auto: bool = False  # an integer that may also be "auto" (a number box plus an "auto" tick box)
 
     @property
     def label(self) -> str:
@@ -67,18 +78,23 @@ def option_specs(method: str, n_layers: int) -> list[OptionSpec]:
     specs = []
     for field in dataclasses.fields(config):
         kind = hints.get(field.name, str)
+        auto = typing.get_args(kind) == (int, str)
+        kind = int if auto else kind
         default = field.default
         if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
         low, high = OPTION_BOUNDS.get(field.name, (0, None)) if kind is int else (None, None)
         if kind is int and field.name in OPTION_BOUNDS and high is None:
             high = n_layers - 1
+        if auto and default == "auto":
+            default = AUTO_NUMBER.get(field.name, low)
         if kind is int and isinstance(default, int) and high is not None:
             high = max(high, default)
         help_text = OPTION_HELP.get(field.name, "").replace("{trained}", _trained_drafts_help(method))
         meta = field.metadata  # an engine config may declare choices/help/bounds here; they take precedence
         specs.append(OptionSpec(field.name, kind, default, meta.get("min", low), meta.get("max", high),
-                                meta.get("help", help_text), tuple(meta.get("choices", _choices(method, field.name)))))
+                                meta.get("help", help_text), tuple(meta.get("choices", _choices(method, field.name))),
+                                auto))
     return specs
 
 
@@ -96,6 +112,11 @@ def _trained_drafts_help(method: str) -> str:
     module = sys.modules.get(METHODS[method].__module__)
     names = getattr(module, "TRAINED_DRAFTS", ())
     return f"a trained drafter shipped in data/ ({', '.join(repr(n) for n in names)}); " if names else ""
+
+
+def auto_by_default(method: str, name: str) -> bool:
+    field = next(f for f in dataclasses.fields(METHODS[method].Config) if f.name == name)
+    return field.default == "auto"
 
 
 def untrained_self_draft(method: str, options: dict) -> bool:

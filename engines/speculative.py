@@ -4,21 +4,25 @@ Invariant: the target cache holds every committed token but the last one. Each r
 committed token and the γ draft tokens go through the target in one forward (γ+1 positions), the
 verdict keeps the accepted prefix plus one target token, and the cache is cropped to match.
 Drafters that learn from the target's hidden states (trained exit heads, EAGLE) name the layers they
-need in ``observe_layers`` and are shown those states for every committed position.
+need in ``observe_layers`` and are shown those states for every committed position. ``gamma=None``
+chooses the draft length every round (:mod:`engines.draft_length`).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .decoding import DecodeContext, Transcript, prefill, target_forward
+from .draft_length import DraftLength
 from .drafters.base import Draft, Drafter
 from .trace import DraftTree, Event, Verification
 from .verify import Verdict, verify_chain
 
 
-def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iterator[Event]:
+def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
+                       verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
     target, trace = ctx.target, ctx.trace
+    auto = DraftLength(verify_seconds) if gamma is None else None
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache = target.new_cache(ctx.capacity)
     logits, seen, prefill_event = prefill(ctx, cache, observe)
@@ -32,7 +36,9 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
     while not out.done:
         round_ += 1
         started = trace.now()
-        draft = drafter.propose(out.ids, min(gamma, out.remaining - 1), ctx.sampler)
+        length = auto.choose(out.remaining - 1) if auto else min(gamma, out.remaining - 1)
+        draft = drafter.propose(out.ids, length, ctx.sampler)
+        draft_seconds = trace.now() - started
         if trace.detailed:
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=chain_nodes(draft))
@@ -43,6 +49,8 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int) -> Iter
         cache.crop(len(out.ids) + verdict.n_accepted)
         if observe:
             drafter.observe(seen, verdict.n_accepted + 1)
+        if auto and draft.tokens:
+            auto.update(len(draft.tokens), verdict.n_accepted, draft_seconds)
         if trace.detailed:
             yield ctx.span("verify", round_, started)
             yield verification_event(trace.now(), round_, len(draft.tokens), verdict)

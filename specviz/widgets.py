@@ -136,7 +136,11 @@ def option_widgets(n_layers: int) -> dict[str, W.Widget]:
             kind, default = hints[field.name], field.default
             if default is dataclasses.MISSING:
                 default = field.default_factory() if field.default_factory is not dataclasses.MISSING else None
-            if kind is int and field.name in OPTION_BOUNDS:
+            if typing.get_args(kind) == (int, str):  # a number or "auto": typed or picked, parsed by the config
+                high = OPTION_BOUNDS.get(field.name, (1, 16))[1] or n_layers - 1
+                controls[field.name] = W.Combobox(value=str(default), options=["auto"] + [str(i) for i in range(1, high + 1)],
+                                                  ensure_option=False)
+            elif kind is int and field.name in OPTION_BOUNDS:
                 low, high = OPTION_BOUNDS[field.name]
                 high = n_layers - 1 if high is None else high
                 controls[field.name] = W.IntSlider(value=min(max(default, low), high), min=low, max=high)
@@ -172,7 +176,7 @@ def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_
     for name, value in options.items():
         if name not in controls:
             raise ValueError(f"unknown option {name!r}; options of the registered methods: {sorted(controls)}")
-        controls[name].value = value
+        controls[name].value = str(value) if isinstance(controls[name], W.Text) else value
     budget = W.IntSlider(value=max_new_tokens, min=4, max=128, step=4, description="max new tokens")
     temp = W.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature")
     prompt_box = W.Textarea(value=prompt, description="prompt", layout=W.Layout(width="95%"))

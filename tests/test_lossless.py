@@ -16,6 +16,9 @@ CASES = [
     ("pld", {"gamma": 10, "max_ngram": 2}),
     ("eesd", {"gamma": 2, "exit_layer": 4}),
     ("eesd", {"gamma": 5, "exit_layer": 24}),
+    ("pld", {"gamma": "auto"}),
+    ("sps", {"gamma": "auto", "draft": "eagle"}),
+    ("eesd", {"gamma": "auto", "exit_layer": 8, "head": "layer"}),
     ("eagle", {}),
     ("eagle", {"draft": "tiny", "depth": 3, "topk": 3, "total_tokens": 8}),
 ]

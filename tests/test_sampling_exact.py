@@ -58,6 +58,12 @@ def test_sps_sampling_matches_target_distribution(setup):
     assert chi_square_pvalue(engine, dist, "sps", gamma=2, draft="other") > 0.001
 
 
+def test_sps_auto_gamma_sampling_matches_target_distribution(setup):
+    """Draft lengths chosen from measured timings and past acceptance: still the target's distribution."""
+    engine, dist = setup
+    assert chi_square_pvalue(engine, dist, "sps", gamma="auto", draft="other") > 0.001
+
+
 def test_pld_point_mass_sampling_matches_target_distribution(setup):
     engine, dist = setup
     assert chi_square_pvalue(engine, dist, "pld", gamma=2) > 0.001

@@ -15,6 +15,7 @@ BAD_CALLS = [
     (dict(method="nope"), "known methods: ar, sps, pld, eesd"),
     (dict(method="sps", gamma=0), "gamma"),
     (dict(method="pld", gamma=-1), "gamma"),
+    (dict(method="sps", gamma="often"), r"gamma must be 'auto' or an integer in \[1, 64\]"),
     (dict(method="eesd", exit_layer=0), r"exit_layer must be in \[1, 29\]"),
     (dict(method="eesd", exit_layer=30), r"exit_layer must be in \[1, 29\]"),
     (dict(method="sps", draft_layers=30), "draft_layers"),

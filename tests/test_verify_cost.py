@@ -91,3 +91,21 @@ def test_engine_measures_a_custom_model_once_and_keeps_it_in_memory(tmp_path, mo
     assert engine.verify_cost() is curve
     assert not (tmp_path / "verify_cost").exists()  # a model built in memory is not cached on disk
     assert engine.run([1, 2, 3], "ar", max_new_tokens=4).token_ids  # still decodes with the tuned kernels
+
+
+def test_draft_length_follows_the_machine_and_the_acceptance():
+    from engines.draft_length import DraftLength
+
+    flat, steep = (lambda n: 1.0), (lambda n: float(n))
+    confident = DraftLength(flat, max_gamma=16)
+    confident.update(drafted=10, accepted=9, draft_seconds=0.0)
+    assert confident.choose(limit=99) == 16  # free verification, good drafts: draft the most
+    assert confident.choose(limit=3) == 3  # never beyond what the budget can commit
+    assert confident.choose(limit=0) == 0
+    costly = DraftLength(steep, max_gamma=16)
+    costly.update(drafted=10, accepted=9, draft_seconds=0.0)
+    assert costly.choose(limit=99) < 5  # each verified token costs a whole step: draft little
+    doubtful = DraftLength(flat, max_gamma=16)
+    doubtful.update(drafted=5, accepted=0, draft_seconds=5.0)  # drafts rejected and as slow as a target step
+    assert doubtful.choose(limit=99) == 1  # the least that still measures α
+    assert doubtful.alpha == pytest.approx(1 / 3) and doubtful.seconds_per_draft_token == 1.0

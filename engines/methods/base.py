@@ -48,6 +48,16 @@ def require_int(name: str, value, low: int, high: int | None = None) -> None:
         raise ValueError(f"{name} must be in {allowed}, got {value}")
 
 
+def decode_chain(engine, ctx: DecodeContext, drafter, gamma: int | str) -> Iterator[Event]:
+    """The shared chain loop, with ``gamma="auto"`` sized each round from the engine's verify-cost curve."""
+    from ..speculative import speculative_decode
+
+    if gamma == AUTO:
+        yield from speculative_decode(ctx, drafter, None, engine.verify_cost().cost)
+    else:
+        yield from speculative_decode(ctx, drafter, gamma)
+
+
 class Method:
     """A decoding method: ``name``, its ``Config`` class, whether it is lossless, and ``decode``."""
 
@@ -61,7 +71,13 @@ class Method:
         self.engine = engine
 
     def prepare(self) -> None:
-        """Load what the method needs (drafts, heads) before the stream starts, so errors come early."""
+        """Load what the method needs (drafts, heads) before the stream starts, so errors come early.
+
+        A size left to ``auto`` needs this machine's verify-cost curve: measured here (once per machine
+        and dtype, a few seconds) rather than in the middle of the first run's timing.
+        """
+        if AUTO in (getattr(self.config, "gamma", None), getattr(self.config, "total_tokens", None)):
+            self.engine.verify_cost()
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         raise NotImplementedError

@@ -53,12 +53,11 @@ class EagleTree(Method):
     description = "EAGLE-2: a dynamic draft tree verified in one target call"
 
     def prepare(self) -> None:
+        super().prepare()
         if self.config.draft in TREE_DRAFTS:
             self.engine.trained_drafter(self.config.draft)
         else:
             self.engine.draft_stack(self.config.draft)
-        if self.config.total_tokens == AUTO:
-            self.engine.verify_cost()
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         draft = self.config.draft

@@ -15,21 +15,23 @@ from typing import Iterator
 from ..decoding import DecodeContext
 from ..drafters import EarlyExitDrafter
 from ..drafters.trained import exit_head_name
-from ..speculative import speculative_decode
 from ..trace import Event
-from .base import Method, MethodConfig, require_int
+from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
 HEADS = ("none", "norm", "layer", "cats")
 
 
 @dataclass
 class EesdConfig(MethodConfig):
-    gamma: int = 5
+    gamma: int | str = 5
     exit_layer: int = 15
     head: str = "none"
 
+    def __post_init__(self):
+        self.gamma = int_or_auto(self.gamma)
+
     def validate(self, n_layers: int) -> None:
-        require_int("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, 64)
         require_int("exit_layer", self.exit_layer, 1, n_layers - 1)
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
@@ -41,6 +43,7 @@ class EarlyExitSelfSpeculation(Method):
     description = "early-exit self-speculation: the target's first ℓ layers draft"
 
     def prepare(self) -> None:
+        super().prepare()
         if self.config.head != "none":
             self.engine.trained_drafter(exit_head_name(self.config.exit_layer, self.config.head))
 
@@ -50,4 +53,4 @@ class EarlyExitSelfSpeculation(Method):
             head = self.engine.trained_drafter(exit_head_name(self.config.exit_layer, self.config.head))
         name = exit_head_name(self.config.exit_layer, self.config.head) if head else f"exit@{self.config.exit_layer}"
         drafter = EarlyExitDrafter(ctx.target, self.config.exit_layer, head, name)
-        yield from speculative_decode(ctx, drafter, self.config.gamma)
+        yield from decode_chain(self.engine, ctx, drafter, self.config.gamma)

@@ -7,19 +7,21 @@ from typing import Iterator
 
 from ..decoding import DecodeContext
 from ..drafters import PromptLookupDrafter
-from ..speculative import speculative_decode
 from ..trace import Event
-from .base import Method, MethodConfig, require_int
+from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
 
 @dataclass
 class PldConfig(MethodConfig):
-    gamma: int = 10
+    gamma: int | str = 10
     max_ngram: int = 3
     min_ngram: int = 1
 
+    def __post_init__(self):
+        self.gamma = int_or_auto(self.gamma)
+
     def validate(self, n_layers: int) -> None:
-        require_int("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, 64)
         require_int("max_ngram", self.max_ngram, 1, 64)
         require_int("min_ngram", self.min_ngram, 1, self.max_ngram)
 
@@ -31,4 +33,4 @@ class PromptLookup(Method):
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         drafter = PromptLookupDrafter(self.config.max_ngram, self.config.min_ngram)
-        yield from speculative_decode(ctx, drafter, self.config.gamma)
+        yield from decode_chain(self.engine, ctx, drafter, self.config.gamma)

@@ -19,22 +19,24 @@ from ..decoding import DecodeContext
 from ..drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from ..drafters.heads import SharedHead
 from ..layers import LayerStack
-from ..speculative import speculative_decode
 from ..trace import Event
-from .base import Method, MethodConfig, require_int
+from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
 TRAINED_DRAFTS = ("tiny", "eagle", "ss")
 
 
 @dataclass
 class SpsConfig(MethodConfig):
-    gamma: int = 5
+    gamma: int | str = 5
     draft: str = "self"
     draft_layers: int = 4
     full_vocab: bool = False
 
+    def __post_init__(self):
+        self.gamma = int_or_auto(self.gamma)
+
     def validate(self, n_layers: int) -> None:
-        require_int("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, 64)
         if not isinstance(self.draft, str) or not self.draft:
             raise ValueError(f"draft must be 'self', one of {TRAINED_DRAFTS} or a model path, got {self.draft!r}")
         if self.draft == "self":
@@ -49,6 +51,7 @@ class SpeculativeSampling(Method):
     description = "vanilla speculative sampling with a draft model"
 
     def prepare(self) -> None:
+        super().prepare()
         if self.config.draft in TRAINED_DRAFTS:
             self.engine.trained_drafter(self.config.draft)
         elif self.config.draft != "self":
@@ -69,4 +72,4 @@ class SpeculativeSampling(Method):
             drafter = ModelDrafter(stack, name="tiny", head=head)
         else:
             drafter = ModelDrafter(self.engine.draft_stack(draft), name=draft)
-        yield from speculative_decode(ctx, drafter, self.config.gamma)
+        yield from decode_chain(self.engine, ctx, drafter, self.config.gamma)
