@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from .sampling import Sampler
 from .tree import DraftTreeNodes, TreeNode
 from .drafters.tree_drafters import draft_logprobs
@@ -29,15 +31,14 @@ from .drafters.tree_drafters import draft_logprobs
 
 def grow_tree(drafter, committed: list[int], depth: int, topk: int, sampler: Sampler) -> DraftTreeNodes:
     tree = DraftTreeNodes(drafter=drafter.name)
-    logq = draft_logprobs(drafter.root(committed)[None], sampler)[0]
-    values, tokens = logq.topk(topk)
+    values, tokens = _top_children(*drafter.root(committed), topk, sampler)
+    values, tokens = values[0], tokens[0]
     frontier = [tree.add(TreeNode(t, -1, 1, v, v, rank))
-                for rank, (v, t) in enumerate(zip(values.tolist(), tokens.tolist())) if not math.isinf(v)]
+                for rank, (v, t) in enumerate(zip(values, tokens)) if not math.isinf(v)]
     for level in range(2, depth + 1):
-        logq = draft_logprobs(drafter.expand(tree, frontier), sampler)
-        values, tokens = logq.topk(topk, dim=-1)
+        values, tokens = _top_children(*drafter.expand(tree, frontier), topk, sampler)
         candidates = []
-        for parent, row_values, row_tokens in zip(frontier, values.tolist(), tokens.tolist()):
+        for parent, row_values, row_tokens in zip(frontier, values, tokens):
             base = tree.nodes[parent].score
             for rank, (v, t) in enumerate(zip(row_values, row_tokens)):
                 if math.isinf(v):  # outside a top-p nucleus or the draft vocabulary: never proposed
@@ -48,6 +49,14 @@ def grow_tree(drafter, committed: list[int], depth: int, topk: int, sampler: Sam
             break
     drafter.finish()
     return tree
+
+
+def _top_children(logits: torch.Tensor, column_ids: torch.Tensor | None, topk: int,
+                  sampler: Sampler) -> tuple[list, list]:
+    """Top-k (log q, token id) per row of draft logits over the drafter's own vocabulary."""
+    values, columns = draft_logprobs(logits.reshape(-1, logits.shape[-1]), sampler).topk(min(topk, logits.shape[-1]), dim=-1)
+    tokens = columns if column_ids is None else column_ids[columns]
+    return values.tolist(), tokens.tolist()
 
 
 def best_nodes(tree: DraftTreeNodes, total_tokens: int) -> list[int]:

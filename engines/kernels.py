@@ -30,6 +30,9 @@ def _weight_first(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's linear; it has no backward, so training passes (drafter heads) fall back to ``F.linear``."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
@@ -80,6 +83,8 @@ def install(model: nn.Module, plan: KernelPlan) -> None:
         if isinstance(module, nn.Linear):
             module.__class__ = PlannedLinear
             module.plan = plan
+        elif hasattr(module, "kernel_plan"):  # modules that multiply by a weight they do not own (SharedHead)
+            module.kernel_plan = plan
 
 
 def uninstall(model: nn.Module) -> None:

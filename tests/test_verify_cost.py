@@ -21,6 +21,17 @@ def test_every_kernel_computes_the_linear_product(kernel, rows):
     assert torch.allclose(KERNELS[kernel](x, weight, None), F.linear(x, weight), atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", available_kernels("cpu"))
+def test_every_kernel_passes_gradients(kernel):
+    """Drafter heads train through the tuned kernels (SharedHead takes the target's plan)."""
+    x = torch.randn(3, 8, requires_grad=True)
+    weight = torch.randn(5, 8, requires_grad=True)
+    KERNELS[kernel](x, weight, None).square().sum().backward()
+    x_ref, weight_ref = x.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    F.linear(x_ref, weight_ref).square().sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad, atol=1e-5) and torch.allclose(weight.grad, weight_ref.grad, atol=1e-5)
+
+
 def test_plan_picks_kernel_by_rows_and_extends_the_largest():
     plan = KernelPlan({1: "onednn", 2: "weight_first", 4: "linear"})
     assert plan.kernel(1) is KERNELS["onednn"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..kernels import KernelPlan
 from ..kv_cache import KVCache
 from ..layers import LayerStack, decoder_pass
 
@@ -33,6 +34,8 @@ class SharedHead(nn.Module):
         self.vocab_size = stack.config.vocab_size
         self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
         self._weight = [stack.model.lm_head.weight]  # a list hides it from parameters() and state_dict()
+        # the matmul kernels tuned for this machine (engines.kernels), as the stack's own head runs them
+        self.kernel_plan = getattr(stack.model.lm_head, "plan", None) or KernelPlan()
 
     def __setattr__(self, name, value):
         if name == "vocab_ids":
@@ -51,7 +54,8 @@ class SharedHead(nn.Module):
         return self._rows[dtype]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden @ self.rows(hidden.dtype).T
+        rows = hidden.numel() // hidden.shape[-1]
+        return self.kernel_plan.kernel(rows)(hidden, self.rows(hidden.dtype), None)
 
     def to_full(self, logits: torch.Tensor) -> torch.Tensor:
         full = torch.full((*logits.shape[:-1], self.vocab_size), float("-inf"), dtype=torch.float32,

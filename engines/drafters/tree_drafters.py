@@ -1,5 +1,8 @@
 """Drafters that grow a tree: the root's next-token logits, then one batched call per depth.
 
+Both return draft logits over the drafter's own vocabulary with the token id of each column (``None``:
+column = token id), so ranking a level's children never touches the 49k-token full vocabulary.
+
 Each keeps its own KV cache: the committed prefix (synced as in chain drafting) followed by the tree
 nodes fed this round under a tree mask (:class:`engines.tree.TreeSlots`); ``finish`` drops the nodes,
 so next round starts from the committed prefix again, whatever the verdict.
@@ -20,8 +23,8 @@ from .model_draft import ModelDrafter
 
 
 class EagleTreeDrafter(EagleDrafter):
-    def root(self, committed: list[int]) -> torch.Tensor:
-        """Full-vocabulary logits of the token after ``committed``."""
+    def root(self, committed: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits ``[V']`` of the token after ``committed``, and the token id of each column."""
         self.cache.crop(self.synced)
         features = torch.cat(self.features, dim=1)
         n = features.shape[1]
@@ -31,10 +34,10 @@ class EagleTreeDrafter(EagleDrafter):
         self.slots = TreeSlots(self.cache.length())
         self.root_feature = predicted
         self.node_features: dict[int, torch.Tensor] = {}
-        return self.head.head.to_full(self.head(predicted)[0, -1])
+        return self.head(predicted)[0, -1], self.head.head.vocab_ids
 
-    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> torch.Tensor:
-        """Feed nodes ``ids`` (one batch); logits ``[k, V]`` of each one's children."""
+    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed nodes ``ids`` (one batch); logits ``[k, V']`` of each one's children, and column ids."""
         parents = [tree.nodes[i].parent for i in ids]
         features = torch.cat([self.root_feature if p < 0 else self.node_features[p] for p in parents], dim=1)
         embeddings = self.target.embed([tree.nodes[i].token for i in ids]).to(features.dtype)
@@ -43,26 +46,30 @@ class EagleTreeDrafter(EagleDrafter):
         predicted = self.head._run_layer_at(self.head.layer, fused, self.cache, positions, mask)
         for j, i in enumerate(ids):
             self.node_features[i] = predicted[:, j:j + 1]
-        return self.head.head.to_full(self.head(predicted)[0])
+        return self.head(predicted)[0], self.head.head.vocab_ids
 
     def finish(self) -> None:
         self.cache.crop(self.synced)
 
 
 class ModelTreeDrafter(ModelDrafter):
-    def root(self, committed: list[int]) -> torch.Tensor:
-        logits = self._logits(self._rewind(committed))
+    def root(self, committed: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden = self.stack.run(self.stack.embed(feed := self._rewind(committed)), 0, self.n_layers, self.cache)
+        self.cached_ids.extend(feed)
         self.slots = TreeSlots(self.cache.length())
-        return logits
+        return self._rows(hidden[:, -1:])
 
-    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> torch.Tensor:
+    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         stack = self.stack
         positions, mask = self.slots.inputs(tree, ids, stack.dtype, stack.device)
         hidden = stack.run_at(stack.embed([tree.nodes[i].token for i in ids]), 0, self.n_layers, self.cache,
                               positions, mask)
+        return self._rows(hidden)
+
+    def _rows(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.head is not None:
-            return self.head.to_full(self.head(stack.backbone.norm(hidden))[0])
-        return stack.logits(hidden)
+            return self.head(self.stack.backbone.norm(hidden))[0], self.head.vocab_ids
+        return self.stack.logits(hidden), None
 
     def finish(self) -> None:
         self.cache.crop(len(self.cached_ids))
