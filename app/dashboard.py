@@ -21,7 +21,6 @@ Decisions:
 from __future__ import annotations
 
 import sys
-import threading
 import uuid
 from pathlib import Path
 
@@ -32,7 +31,8 @@ if str(ROOT) not in sys.path:  # also works from a checkout where the project is
     sys.path.insert(0, str(ROOT))
 
 import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
-from engines import METHODS, Engine
+from engine_cache import engine_lock, load_engine  # noqa: E402
+from engines import METHODS
 from engines.model import DEFAULT_MODEL, default_dtype
 from engines.trace import Commit
 from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
@@ -52,16 +52,6 @@ UNTRAINED_DRAFTS = {
 }
 
 st.set_page_config(page_title="specviz — speculative decoding, live", page_icon="⚡", layout="wide")
-
-
-@st.cache_resource(show_spinner="Loading the model…")
-def load_engine(dtype: str) -> Engine:
-    return Engine.load(dtype=dtype)
-
-
-@st.cache_resource
-def engine_lock(dtype: str) -> threading.Lock:
-    return threading.Lock()
 
 
 @st.cache_data

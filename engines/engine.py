@@ -20,7 +20,8 @@ from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .sampling import Sampler
 from .stats import Stats, compute_stats
 from .trace import Event, RunEnd, RunStart, Trace
-from .verify_cost import VerifyCost, load_curve, machine_key, measure, save_curve
+from .verify_cost import VerifyCost, install_stack, load_curve, machine_key, measure, save_curve
+from . import weight_stream
 
 
 @dataclass
@@ -34,22 +35,27 @@ class RunResult:
 
 
 class Engine:
-    def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom"):
+    def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom", fp32_head: bool = False):
+        """``fp32_head``: where the model runs in a 16-bit dtype, compute its final norm and LM head in
+        fp32 (see :meth:`engines.layers.LayerStack.use_fp32_head`)."""
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.target = LayerStack(model)
+        self.target.use_fp32_head(fp32_head)
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
         self._trained: dict[str, torch.nn.Module] = {}
         self._verify_cost: VerifyCost | None = None
         self._verify_cost_key = ""
+        self._memory = weight_stream.BudgetSlot(self.target, name)  # no budget until one is set
 
     @classmethod
-    def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> "Engine":
+    def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
+             fp32_head: bool = False) -> "Engine":
         """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
         loaded: LoadedModel = load_model(model, dtype, device)
-        engine = cls(loaded.model, loaded.tokenizer, loaded.name)
+        engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head)
         engine.verify_cost(measure_if_missing=False)
         return engine
 
@@ -100,7 +106,9 @@ class Engine:
         Cached on disk for named models; a model built in memory (``name="custom"``) is measured once
         per engine. Measuring takes a few seconds on the default model (every kernel, n = 1..16).
         """
-        key = machine_key(self.model, self.name, self.target.dtype, self.target.device, torch.get_num_threads())
+        name = self.name + ("+fp32head" if self.target.fp32_head is not None else "")
+        with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
+            key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:
             return self._verify_cost
         curve = None if remeasure or self.name == "custom" else load_curve(key)
@@ -109,7 +117,8 @@ class Engine:
                 return None
             prefix = min(256, self.context_window // 2)
             max_tokens = min(16, self.context_window - prefix)
-            curve = measure(self.target, self.name, max_tokens=max_tokens, prefix=prefix, progress=progress)
+            with self._memory.lifted():  # compute cost is measured on the whole model, never through flash
+                curve = measure(self.target, name, max_tokens=max_tokens, prefix=prefix, progress=progress)
             if self.name != "custom":
                 save_curve(curve)
         self._verify_cost, self._verify_cost_key = curve, key
@@ -119,7 +128,7 @@ class Engine:
     def use_kernels(self, curve: VerifyCost) -> None:
         """Run the target and every loaded drafter with the kernels the curve chose."""
         plan = curve.plan()
-        install(self.model, plan)
+        install_stack(self.target, plan)
         for module in self._trained.values():
             install(module, plan)
         for stack in self._drafts.values():
@@ -155,11 +164,36 @@ class Engine:
                 install(self._trained[name], self._verify_cost.plan())
         return self._trained[name]
 
+    # --- memory budget (see engines.weight_stream) -----------------------------------------------
+    def set_memory_budget(self, memory_budget_mb: float | None, flash_mb_s: float | None = None,
+                          stream: str = "deep", chunk_layers: int = 1) -> None:
+        """Hold the target to ``memory_budget_mb`` MB for every later run; ``None`` removes the budget,
+        restoring every layer's weights and removing the hooks.
+
+        The layers that do not fit stream from per-layer files at ``flash_mb_s`` MB/s (``None``: unthrottled),
+        ``chunk_layers`` at a time; ``stream`` is ``"deep"`` or ``"all"`` (the CATS paper's two modes). The
+        budget covers the target's layers only: separate drafters stay resident (load them before setting it).
+        """
+        budget = weight_stream.memory_budget(memory_budget_mb, flash_mb_s, stream, chunk_layers)
+        if budget is not None:
+            weight_stream.plan_residency(self.target, budget)
+        self._memory.set(budget)
+
+    @property
+    def memory_budget(self) -> weight_stream.MemoryBudget | None:
+        return self._memory.budget
+
     # --- running ---------------------------------------------------------------------------------
     def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = 0, instrument: bool = True,
-                 trace: Trace | None = None, **options) -> Iterator[Event]:
-        """Validate, then return the run's event stream (commits carry the text as it is produced)."""
+                 trace: Trace | None = None, memory_budget_mb: float | None = None, flash_mb_s: float | None = None,
+                 stream: str = "deep", **options) -> Iterator[Event]:
+        """Validate, then return the run's event stream (commits carry the text as it is produced).
+
+        ``memory_budget_mb``, ``flash_mb_s``, ``stream``: run under a memory budget, as
+        :meth:`set_memory_budget` describes, for this run only (the target's layers only: drafters stay
+        resident); left unset, the engine's own budget applies, if it has one.
+        """
         method_cls = get_method(method)
         unknown = set(options) - set(method_cls.Config.option_names())
         if unknown:
@@ -169,25 +203,36 @@ class Engine:
         config.validate(self.target.n_layers)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        budget = weight_stream.memory_budget(memory_budget_mb, flash_mb_s, stream)
+        if budget is not None:
+            weight_stream.plan_residency(self.target, budget)  # a budget below the head's size fails here
         sampler = Sampler(temperature, top_p, seed)
         prompt_ids = self.encode(prompt)
         if len(prompt_ids) + max_new_tokens > self.context_window:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"the model's context window of {self.context_window} tokens")
         instance = method_cls(config, self)
+        instance.check_sampling(sampler.greedy)
         instance.prepare()
         trace = trace or Trace(detailed=instrument)
         ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
                             self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
-        return self._stream(instance, ctx, temperature)
+        return self._stream(instance, ctx, temperature, budget)
 
-    def _stream(self, method, ctx: DecodeContext, temperature: float) -> Iterator[Event]:
+    def _stream(self, method, ctx: DecodeContext, temperature: float,
+                budget: weight_stream.MemoryBudget | None = None) -> Iterator[Event]:
+        """The run under ``budget`` (or the engine's own): the reader thread lives exactly as long as the run."""
+        with self._memory.run(budget, ctx.trace.now) as streamer:
+            yield from self._stream_run(method, ctx, temperature, streamer)
+
+    def _stream_run(self, method, ctx: DecodeContext, temperature: float,
+                    streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:
         trace = ctx.trace
         yield trace.emit(RunStart(
             t=trace.now(), method=method.name, config=method.config.to_dict(), model=self.name,
             device=self.device, dtype=self.dtype, lanes={"target": ctx.lane, "draft": ctx.lane},
             lossless=method.lossless, prompt_tokens=len(ctx.prompt_ids), max_new_tokens=ctx.max_new_tokens,
-            temperature=temperature))
+            temperature=temperature, memory=streamer.describe() if streamer is not None else None))
         token_ids: list[int] = []
         stop_reason = "max_new_tokens"
         with torch.inference_mode():
@@ -196,7 +241,14 @@ class Engine:
                     token_ids.extend(event.tokens)
                     if event.tokens and event.tokens[-1] in ctx.eos_ids:
                         stop_reason = "eos"
+                if streamer is not None:  # the chunks this event's work streamed come first
+                    for chunk in streamer.events_before(event):
+                        yield trace.emit(chunk)
                 yield trace.emit(event)
+        if streamer is not None:
+            streamer.stop()  # a chunk read ahead but never used still crossed the flash: it counts
+            for chunk in streamer.drain():
+                yield trace.emit(chunk)
         end = trace.now()
         stats = compute_stats(trace.events, end_time=end)
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),

@@ -71,6 +71,26 @@ class LayerStack:
         self.n_layers = len(self.layers)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
+        self.fp32_head: torch.nn.Module | None = None
+
+    def use_fp32_head(self, enabled: bool = True) -> None:
+        """Final norm and LM head in fp32 while the layers stay in a 16-bit dtype.
+
+        bf16 logits are spaced 0.125 apart near 20, so a near-tie between the top two tokens is decided by
+        rounding, and a many-token verification rounds differently from a one-token step: greedy output
+        drifted from ``ar``'s in half the benchmark's turns. An fp32 head keeps every logit's own
+        precision at the cost of reading the head's weights in fp32 (measured in the README).
+        """
+        if not enabled or self.dtype == torch.float32:
+            self.fp32_head = None
+            return
+        norm = type(self.backbone.norm)(self.config.hidden_size, eps=self.config.rms_norm_eps)
+        norm.load_state_dict({k: v.float() for k, v in self.backbone.norm.state_dict().items()})
+        weight = self.model.lm_head.weight
+        head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=self.device, dtype=torch.float32)
+        with torch.no_grad():
+            head.weight.copy_(weight.float())
+        self.fp32_head = torch.nn.Sequential(norm.to(self.device), head).requires_grad_(False)
 
     def new_cache(self, capacity: int, layers: range | None = None) -> KVCache:
         return KVCache.for_model(self.config, capacity, self.dtype, self.device, layers)
@@ -126,6 +146,8 @@ class LayerStack:
         """Final norm + LM head (or a trained exit head), as fp32 ``[n, vocab]``."""
         if head is not None:
             return head(hidden)[0].float()
+        if self.fp32_head is not None:
+            return self.fp32_head(hidden.float())[0]
         return self.model.lm_head(self.backbone.norm(hidden))[0].float()
 
     def forward(self, ids: list[int], cache: KVCache, parents: list[int] | None = None) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable
 
-from .trace import Commit, Event, Prefill, RunEnd
+from .trace import Commit, Event, Prefill, RunEnd, RunStart, StreamChunk
 
 
 @dataclass
@@ -31,6 +31,10 @@ class Stats:
     # Counts, not ratios, so runs can be pooled (the benchmark sums them over prompts).
     reached_by_position: list  # rounds whose draft the target judged at each position (a rejection ends the round)
     passed_by_position: list  # of those, the rounds where the target accepted that position
+    # Memory-budget runs only (engines.weight_stream); 0 where the whole model stayed resident.
+    bytes_streamed: int = 0  # layer-file bytes read from the emulated flash
+    bytes_per_token: float = 0.0  # bytes_streamed ÷ new tokens
+    peak_resident_bytes: int = 0  # weights in memory at the peak, streamed layers counted while loaded
 
     DERIVED = ("acceptance_by_position", "positions_tested", "per_token_acceptance")
 
@@ -52,14 +56,20 @@ class Stats:
 
     @classmethod
     def from_dict(cls, record: dict) -> "Stats":
-        return cls(**{f.name: record[f.name] for f in fields(cls)})
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})  # older: defaults
 
 
 def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Stats:
     commits: list[Commit] = []
     prefill_end = prefill_seconds = 0.0
+    bytes_streamed = peak_resident_bytes = 0
     for event in events:
-        if isinstance(event, Commit):
+        if isinstance(event, StreamChunk):
+            bytes_streamed += event.bytes
+            peak_resident_bytes = max(peak_resident_bytes, event.resident_bytes)
+        elif isinstance(event, RunStart) and event.memory:
+            peak_resident_bytes = max(peak_resident_bytes, event.memory.get("resident_bytes", 0))
+        elif isinstance(event, Commit):
             commits.append(event)
         elif isinstance(event, Prefill):
             prefill_end, prefill_seconds = event.t, event.seconds
@@ -93,4 +103,7 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         acceptance_rate=accepted / drafted if drafted else 0.0,
         reached_by_position=reached,
         passed_by_position=passed,
+        bytes_streamed=bytes_streamed,
+        bytes_per_token=bytes_streamed / new_tokens if new_tokens else 0.0,
+        peak_resident_bytes=peak_resident_bytes,
     )

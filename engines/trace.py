@@ -45,6 +45,7 @@ class RunStart(Event):
     max_new_tokens: int
     temperature: float
     schema: int = SCHEMA_VERSION
+    memory: dict | None = None  # the memory budget the run honoured (engines.weight_stream); None = none
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Verification(Event):
     kind: ClassVar[str] = "verification"
     round: int
     accepted: list  # node ids on the accepted path, root first
-    rejected: list  # node ids thrown away
+    rejected: list  # node ids thrown away: every verified node off the accepted path, tried or never reached
     next_token: int
     next_fate: str  # "bonus" or "correction"
     # trees: per tried node {"id", "outcome": accepted | rejected, "p": p(x), "q": q(x), "draw": u} (p, q, u when sampling)
@@ -88,6 +89,27 @@ class StageSpan(Event):
     round: int
     start: float
     end: float
+
+
+@dataclass
+class ShallowVerification(Event):
+    """CATS's shallow verifier: its own token at each draft position and where it disagrees (the set R)."""
+
+    kind: ClassVar[str] = "sv_pass"
+    round: int
+    drafts: list  # d_i
+    verifier: list  # ĉ_i, the shallow verifier's argmax at the same positions
+    mismatches: list  # positions i with ĉ_i ≠ d_i: each becomes a correction sibling of d_i
+
+
+@dataclass
+class KvRollback(Event):
+    """After a tree verification: cache rows kept (the accepted path) and dropped."""
+
+    kind: ClassVar[str] = "kv_rollback"
+    round: int
+    kept: int
+    dropped: int
 
 
 @dataclass
@@ -113,8 +135,30 @@ class RunEnd(Event):
     stop_reason: str  # "eos" or "max_new_tokens"
 
 
-EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd)}
-DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind}
+@dataclass
+class StreamChunk(Event):
+    """Memory-budget runs (:mod:`engines.weight_stream`): one load of a chunk of streamed decoder layers.
+
+    ``bytes`` were read from the layer files (flash); ``load_*`` is the reader thread's read, ``compute_*``
+    the first and last forward through the chunk before it was dropped (``None`` if no forward used it).
+    ``resident_bytes``: weights in memory (always-resident parts, resident layers, loaded chunks) right
+    after this load — the run's peak is the largest of these.
+    """
+
+    kind: ClassVar[str] = "stream_chunk"
+    layers: list
+    bytes: int
+    load_start: float
+    load_end: float
+    compute_start: float | None = None
+    compute_end: float | None = None
+    resident_bytes: int = 0
+
+
+EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
+                                         ShallowVerification, KvRollback)}
+EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
+DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind}
 
 
 def event_from_dict(record: dict) -> Event:

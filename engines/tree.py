@@ -23,6 +23,7 @@ After verification the KV cache keeps only the root's and the accepted path's ro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -172,6 +173,30 @@ def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampl
         path.append(accepted)
         parent, row = accepted, accepted + 1
         p = target_probs[row]
+
+
+def typical_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampler, epsilon: float = 0.09,
+                 delta: float = 0.3) -> TreeVerdict:
+    """Typical acceptance (Medusa; CATS's "relaxed" mode) — LOSSY: a child is accepted when the target
+    finds it plausible enough, p(c) > min(ε, δ·exp(−H(p))), not when it is what the target would
+    have produced. The next token is the target's own (argmax when greedy, else a sample)."""
+    kids = tree.children()
+    outcomes = ["unreached"] * len(tree)
+    path, parent, row = [], -1, 0
+    while True:
+        p = target_probs[row]
+        entropy = float(-(p * p.clamp_min(1e-12).log()).sum())
+        threshold = min(epsilon, delta * math.exp(-entropy))
+        accepted = None
+        for child in kids.get(parent, []):
+            if accepted is None and float(p[tree.nodes[child].token]) > threshold:
+                accepted = child
+            outcomes[child] = "accepted" if child == accepted else "rejected"
+        if accepted is None:
+            token = int(p.argmax()) if sampler.greedy else sampler.draw(p)
+            return TreeVerdict(path, token, "correction" if kids.get(parent) else "bonus", outcomes)
+        path.append(accepted)
+        parent, row = accepted, accepted + 1
 
 
 def _remove_token(p: torch.Tensor, token: int) -> torch.Tensor:

@@ -56,20 +56,25 @@ class VerifyCost:
         return max(self.seconds)
 
     def cost(self, n: int) -> float:
-        """Seconds for n tokens; beyond the measured range, extended along the last two points."""
+        """Seconds for n tokens, read off the curve made non-decreasing (a forward over more tokens never
+        costs less; a dip is noise). Beyond the measured range, extended by the slope of a least-squares
+        line through its upper half, never below flat."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if n in self.seconds:
-            return self.seconds[n]
         known = sorted(self.seconds)
-        below = max((m for m in known if m < n), default=known[0])
-        above = min((m for m in known if m > n), default=None)
-        if above is None:  # extrapolate: slope of the last measured stretch, never below flat
-            a, b = known[-2], known[-1]
-            slope = max((self.seconds[b] - self.seconds[a]) / (b - a), 0.0)
-            return self.seconds[b] + slope * (n - b)
+        monotone, running = {}, 0.0
+        for m in known:
+            running = max(running, self.seconds[m])
+            monotone[m] = running
+        if n in monotone:
+            return monotone[n]
+        if n > known[-1]:
+            tail = known[len(known) // 2:] if len(known) > 2 else known
+            return monotone[known[-1]] + _slope(tail, [monotone[m] for m in tail]) * (n - known[-1])
+        below = max(m for m in known if m < n) if n > known[0] else known[0]
+        above = min(m for m in known if m > n)
         weight = (n - below) / (above - below)
-        return self.seconds[below] * (1 - weight) + self.seconds[above] * weight
+        return monotone[below] * (1 - weight) + monotone[above] * weight
 
     def relative(self, n: int) -> float:
         """Cost of verifying n tokens in units of one `ar` step."""
@@ -84,6 +89,14 @@ class VerifyCost:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _slope(xs: list[int], ys: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    return max(sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread, 0.0)
 
 
 def machine_key(model: torch.nn.Module, name: str, dtype: torch.dtype, device: torch.device,
@@ -203,12 +216,19 @@ def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: 
     for kernel in kernels:
         if progress:
             progress(f"timing forwards of 1..{max_tokens} tokens with the {kernel} kernel")
-        install(stack.model, KernelPlan({1: kernel}))
+        install_stack(stack, KernelPlan({1: kernel}))
         by_kernel[kernel] = time_forwards(stack, prefix, ns, repeats)
     chosen = {n: min(kernels, key=lambda k: by_kernel[k][n]) for n in ns}
     seconds = {n: by_kernel[chosen[n]][n] for n in ns}
     threads = torch.get_num_threads()
     curve = VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds, chosen,
                        by_kernel, prefix, threads, measure_bandwidth(stack.device), weight_bytes(stack.model))
-    install(stack.model, curve.plan())
+    install_stack(stack, curve.plan())
     return curve
+
+
+def install_stack(stack, plan: KernelPlan) -> None:
+    """The model's linear layers and, where the stack keeps one, its fp32 head."""
+    install(stack.model, plan)
+    if getattr(stack, "fp32_head", None) is not None:
+        install(stack.fp32_head, plan)

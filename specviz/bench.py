@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from engines import Engine, get_method
+from engines import weight_stream
 
 from .hf_baselines import HF_METHODS, hf_generate
 from .prompts import DEFAULT_PROMPTS, load_prompts
@@ -105,6 +106,8 @@ class Tally:
         self.reached_by_position: list[int] = []
         self.passed_by_position: list[int] = []
         self.has_rounds = self.compared = False
+        self.budgeted = False  # runs under a memory budget: flash traffic is summed too
+        self.bytes_streamed = self.peak_resident_bytes = 0
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
             target_calls: int | None = None):
@@ -127,6 +130,10 @@ class Tally:
             self.draft_seconds += draft_seconds
             self.reached_by_position = _add_counts(self.reached_by_position, stats.reached_by_position)
             self.passed_by_position = _add_counts(self.passed_by_position, stats.passed_by_position)
+            if stats.peak_resident_bytes:
+                self.budgeted = True
+                self.bytes_streamed += stats.bytes_streamed
+                self.peak_resident_bytes = max(self.peak_resident_bytes, stats.peak_resident_bytes)
 
     def summary(self, ar_tokens_per_s: float | None) -> dict:
         """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model).
@@ -148,7 +155,12 @@ class Tally:
             "new_tokens": self.new_tokens,
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
+            **(self.memory_summary() if self.budgeted else {}),
         }
+
+    def memory_summary(self) -> dict:
+        return {"bytes_streamed": self.bytes_streamed, "peak_resident_bytes": self.peak_resident_bytes,
+                "bytes_per_token": self.bytes_streamed / self.new_tokens if self.new_tokens else 0.0}
 
 
 def _add_counts(a: list[int], b: list[int]) -> list[int]:
@@ -180,16 +192,19 @@ def select_prompts(prompts, limit: int | None = None, per_category: int | None =
 
 def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, limit: int | None = None, progress: bool = True,
-              per_category: int | None = None, checkpoint: Callable[[dict], None] | None = None) -> dict:
+              per_category: int | None = None, checkpoint: Callable[[dict], None] | None = None,
+              memory: dict | None = None) -> dict:
     """Every method on every prompt, ``ar`` first. ``checkpoint`` receives the results so far after each
-    prompt (``setup.complete`` false until the end), so a run cut short still leaves its measurements."""
+    prompt (``setup.complete`` false until the end), so a run cut short still leaves its measurements.
+    ``memory``: ``memory_budget_mb``, ``flash_mb_s``, ``stream`` for every run (see ``Engine.generate``)."""
     specs = [parse_method(m) for m in methods]
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, parse_method("ar"))
+    memory = check_memory_budget(engine, specs, memory)
     specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
     prompts = select_prompts(load_prompts(prompts_path), limit, per_category)
     for spec in specs:  # warm-up: first-call costs (allocator, kernels) must not land on one method
-        run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed)
+        run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed, memory)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", disable=not progress)
     for done, prompt in enumerate(prompts, 1):
@@ -199,7 +214,7 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
             for turn_index, turn in enumerate(prompt.turns):
                 messages.append({"role": "user", "content": turn})
                 ids, seconds, stats, drafting, calls = run_turn(engine, spec, list(messages), max_new_tokens,
-                                                                temperature, seed)
+                                                                temperature, seed, memory)
                 if spec.label == "ar":
                     ar_answers.append(ids)
                 equal = ids == ar_answers[turn_index] if temperature == 0 else None
@@ -208,9 +223,25 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
         if checkpoint and done < len(prompts):
-            checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False)))
+            checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False,
+                                                     memory)))
     bar.close()
-    return summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts)))
+    return summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts),
+                                         memory=memory))
+
+
+def check_memory_budget(engine: Engine, specs: list[MethodSpec], memory: dict | None) -> dict | None:
+    """The validated budget arguments (``None`` when no budget is set); Hugging Face's ``generate`` runs the
+    whole model resident, so its baselines are refused under a budget."""
+    budget = weight_stream.memory_budget(**(memory or {}))
+    if budget is None:
+        return None
+    weight_stream.plan_residency(engine.target, budget)
+    refused = [s.label for s in specs if s.name in HF_METHODS]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} cannot run under memory_budget_mb: Hugging Face's generate keeps the "
+                         "whole model resident; leave the hf_* methods out of a memory-budget bench")
+    return dict(memory)
 
 
 def summarise(tallies: dict[str, dict[str, "Tally"]], setup: dict) -> dict:
@@ -220,18 +251,23 @@ def summarise(tallies: dict[str, dict[str, "Tally"]], setup: dict) -> dict:
     return {"setup": setup, "methods": methods}
 
 
-def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperature, seed):
+def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperature, seed, memory: dict | None = None):
+    """One turn; ``memory`` (the budget arguments of ``Engine.generate``) applies to the engine's methods only."""
     if spec.name in HF_METHODS:
+        if memory and memory.get("memory_budget_mb") is not None:
+            raise ValueError(f"{spec.name} cannot run under memory_budget_mb: Hugging Face's generate keeps the "
+                             "whole model resident")
         ids = engine.encode(prompt)
         out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
         return out["token_ids"], out["decode_seconds"], None, 0.0, out["target_calls"]
     result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                        instrument=spec.instrument, **spec.options)
+                        instrument=spec.instrument, **(memory or {}), **spec.options)
     return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events), None
 
 
-def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True) -> dict:
-    return {"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
+def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True,
+               memory: dict | None = None) -> dict:
+    return {**({"memory_budget": memory} if memory else {}),"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
@@ -269,7 +305,23 @@ def to_markdown(results: dict) -> str:
         cells = [f"{_fmt(by_category[c]['speedup'])}× ({_fmt(by_category[c]['tau'])}, {_fmt(by_category[c]['alpha'])})"
                  for c in categories]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + position_table(methods)) + "\n"
+    return "\n".join(lines + position_table(methods) + memory_table(setup, methods)) + "\n"
+
+
+def memory_table(setup: dict, methods: dict) -> list[str]:
+    """Markdown rows of flash traffic per method, for a bench run under a memory budget."""
+    memory = setup.get("memory_budget")
+    if not memory:
+        return []
+    flash = "unthrottled" if memory.get("flash_mb_s") is None else f"{memory['flash_mb_s']:g} MB/s"
+    lines = ["", "## Memory budget", "", f"{memory['memory_budget_mb']:g} MB of weights resident, flash {flash}, "
+             f"stream={memory['stream']} (see `engines/weight_stream.py`).", "",
+             "| method | MB streamed per token | peak MB resident |", "|---|---|---|"]
+    for label, by_category in methods.items():
+        o = by_category["overall"]
+        if "bytes_per_token" in o:
+            lines.append(f"| {label} | {o['bytes_per_token'] / 1e6:.2f} | {o['peak_resident_bytes'] / 1e6:.1f} |")
+    return lines
 
 
 def position_table(methods: dict) -> list[str]:

@@ -46,6 +46,26 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """The memory-budget run setting (edge devices whose DRAM does not hold the model; engines.weight_stream)."""
+    group = parser.add_argument_group("memory budget (emulated edge device; the target's layers only)")
+    group.add_argument("--memory-budget-mb", type=float, default=None,
+                       help="keep the target's first layers that fit in this many MB resident (embeddings, norm and "
+                            "head always are); stream the rest from per-layer files")
+    group.add_argument("--flash-mb-s", type=float, default=None,
+                       help="with --memory-budget-mb: read streamed layers at most this fast (default: unthrottled)")
+    group.add_argument("--stream", choices=["deep", "all"], default="deep",
+                       help="deep: layers beyond the budget stream on every forward; all: every layer streams, "
+                            "the ones that fit are held until the round ends (the CATS paper's two modes)")
+
+
+def memory_arguments(args) -> dict:
+    return {"memory_budget_mb": args.memory_budget_mb, "flash_mb_s": args.flash_mb_s, "stream": args.stream}
+
+
+MEMORY_STATS = ("bytes_streamed", "bytes_per_token", "peak_resident_bytes")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specviz", description="See, learn and compare speculative decoding.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -57,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--trace", help="write the run's events to this JSON-lines file")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    add_memory_arguments(gen)
     options = gen.add_argument_group("method options (only those of the chosen method apply)")
     for name, kind in method_option_fields().items():
         options.add_argument("--" + name.replace("_", "-"), dest=name, type=parse_bool if kind is bool else kind,
@@ -71,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
     bench.add_argument("--out", default="bench-out", help="directory for results.json and results.md")
+    add_memory_arguments(bench)
 
     distill = commands.add_parser("distill", help="have the target answer the training prompts (self-distillation corpus)")
     distill.add_argument("--out", default=None, help="default data/distill/corpus.jsonl (appends; resumable)")
@@ -131,7 +153,8 @@ def generate_command(args) -> int:
     get_method(args.method)  # fail on a typo before spending seconds on loading the model
     engine = Engine.load(args.model, args.dtype, args.device)
     stream = engine.generate(args.prompt, args.method, max_new_tokens=args.max_new_tokens,
-                             temperature=args.temperature, top_p=args.top_p, seed=args.seed, **options)
+                             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                             **memory_arguments(args), **options)
     events = []
     for event in stream:
         events.append(event)
@@ -142,14 +165,19 @@ def generate_command(args) -> int:
     if args.trace:
         write_jsonl(events, args.trace)
     s = end.stats
+    budgeted = events[0].memory is not None
     if args.json:
+        keys = ("tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls", "new_tokens")
+        keys += MEMORY_STATS if budgeted else ()
         print(json.dumps({"method": args.method, "config": events[0].config, "token_ids": end.token_ids,
-                          "text": end.text, "stats": {k: s[k] for k in ("tokens_per_s", "mean_accepted_length",
-                                                                        "acceptance_rate", "target_calls", "new_tokens")}}))
+                          "text": end.text, "stats": {k: s[k] for k in keys}}))
     else:
         print(f"\n\n{s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, τ = {s['mean_accepted_length']:.2f}, "
               f"α = {s['acceptance_rate']:.2f}, {s['target_calls']} target calls  "
               f"[{ansi('accepted', 'accepted')} {ansi('correction', 'correction')} {ansi('bonus', 'bonus')}]")
+        if budgeted:
+            print(f"memory budget: {s['bytes_streamed'] / 1e6:.1f} MB streamed, {s['bytes_per_token'] / 1e6:.2f} MB "
+                  f"per token, peak {s['peak_resident_bytes'] / 1e6:.1f} MB of weights resident")
     return 0
 
 
@@ -157,11 +185,16 @@ def bench_command(args) -> int:
     from .bench import default_methods, run_bench, split_methods, write_results
     from .prompts import DEFAULT_PROMPTS
 
+    from .hf_baselines import HF_METHODS
+
+    memory = memory_arguments(args)
     methods = split_methods(args.methods) if args.methods else default_methods()
+    if not args.methods and memory["memory_budget_mb"] is not None:  # HF's generate cannot honour a budget
+        methods = [m for m in methods if m not in HF_METHODS]
     engine = Engine.load(args.model, args.dtype, args.device)
     results = run_bench(engine, args.prompts or DEFAULT_PROMPTS, methods, args.max_new_tokens, args.temperature,
                         args.seed, args.limit, per_category=args.per_category,
-                        checkpoint=lambda partial: write_results(partial, args.out))
+                        checkpoint=lambda partial: write_results(partial, args.out), memory=memory)
     json_path, md_path = write_results(results, args.out)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")

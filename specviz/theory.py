@@ -5,9 +5,16 @@ one draft step as a fraction of one target step (verifying γ+1 tokens is assume
 
     E[tokens per round] = (1 − α^(γ+1)) / (1 − α)
     speedup             = (1 − α^(γ+1)) / ((1 − α)(γ·c + 1))
+
+Draft trees (EAGLE-2) extend the model with ranks: see the section "draft trees" below.
 """
 
 from __future__ import annotations
+
+import heapq
+import json
+from pathlib import Path
+from typing import Callable, Sequence
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -26,3 +33,118 @@ def expected_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
 
 def optimal_gamma(alpha: float, cost_ratio: float, max_gamma: int = 32) -> int:
     return max(range(1, max_gamma + 1), key=lambda g: expected_speedup(alpha, g, cost_ratio))
+
+
+# --- draft trees ------------------------------------------------------------------------------------
+# The same i.i.d. model, with ranks: at every position the target's token is the drafter's r-th choice
+# with probability c_r (c_1 = top-1 agreement, c_1 + … + c_k = top-k coverage a_k). A tree node whose
+# path takes ranks (r_1, …, r_d) is accepted exactly when the whole path is, with probability
+# c_{r_1}·…·c_{r_d}, and each accepted node adds one token, so a round commits
+#
+#     E[tokens per round] = 1 + Σ_nodes Π c_{r_i}
+#
+# A chain (k = 1) gives (1 − a^{D+1})/(1 − a) with a = c_1; the full tree with k children under every
+# node gives the same formula with a = a_k, at k + k² + … + k^D nodes. The best tree of N nodes is the N
+# most probable paths (EAGLE-2 ranks by the drafter's own path probability for the same reason).
+
+DEFAULT_AGREEMENT = Path(__file__).resolve().parent.parent / "data" / "bench" / "bf16" / "agreement-heldout.json"
+
+
+def heldout_topk_agreement(drafter: str = "eagle", path: str | Path = DEFAULT_AGREEMENT) -> dict[int, float]:
+    """Measured top-k coverage ``{k: a_k}`` of a shipped drafter (``specviz agreement``, held-out answers)."""
+    record = json.loads(Path(path).read_text())["agreement"]
+    if drafter not in record:
+        raise ValueError(f"no agreement recorded for {drafter!r}; recorded: {sorted(record)}")
+    return {int(k): float(v) for k, v in record[drafter].items()}
+
+
+def rank_probabilities(coverage: dict[int, float], topk: int) -> list[float]:
+    """c_1 … c_topk from cumulative coverage measured at a few k (e.g. 1, 2, 4, 8): between two measured k
+    the extra coverage is shared evenly by the ranks in between; beyond the last measured k, nothing more."""
+    if not coverage or min(coverage) != 1:
+        raise ValueError("coverage must include k = 1 (the top-1 agreement)")
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    known = sorted(coverage)
+    cumulative = []
+    for k in range(1, topk + 1):
+        below = max(m for m in known if m <= k)
+        above = min((m for m in known if m >= k), default=below)
+        weight = 0.0 if above == below else (k - below) / (above - below)
+        cumulative.append(coverage[below] * (1 - weight) + coverage[above] * weight)
+    return [cumulative[0]] + [b - a for a, b in zip(cumulative, cumulative[1:])]
+
+
+def best_tree_paths(rank_probs: Sequence[float], depth: int, max_nodes: int) -> list[float]:
+    """Acceptance probabilities of the ``max_nodes`` most probable paths of depth ≤ ``depth`` (each node has
+    ``len(rank_probs)`` children), best first. A child is never likelier than its parent, so the best N
+    paths always include their ancestors: they form a tree, found by expanding the likeliest node first."""
+    if depth < 1 or max_nodes < 0:
+        raise ValueError(f"need depth >= 1 and max_nodes >= 0, got {depth}, {max_nodes}")
+    frontier = [(-c, 1) for c in rank_probs if c > 0]
+    heapq.heapify(frontier)
+    chosen: list[float] = []
+    while frontier and len(chosen) < max_nodes:
+        negative, level = heapq.heappop(frontier)
+        chosen.append(-negative)
+        if level < depth:
+            for c in rank_probs:
+                if c > 0:
+                    heapq.heappush(frontier, (negative * c, level + 1))
+    return chosen
+
+
+def expected_tree_tokens(rank_probs: Sequence[float], depth: int, nodes: int | None = None) -> float:
+    """E[tokens per round] of the best ``nodes``-node tree; ``None`` = the full tree (every node has
+    ``len(rank_probs)`` children, down to ``depth``)."""
+    if nodes is None:
+        a = sum(rank_probs)
+        return sum(a ** d for d in range(depth + 1))
+    return 1.0 + sum(best_tree_paths(rank_probs, depth, nodes))
+
+
+def full_tree_nodes(topk: int, depth: int) -> int:
+    """k + k² + … + k^D: what verifying every branch would cost."""
+    return sum(topk ** d for d in range(1, depth + 1))
+
+
+def tree_speedup(tokens_per_round: float, nodes: int, depth: int, draft_cost: float,
+                 verify_cost: Callable[[int], float]) -> float:
+    """τ·cost(1) / (t_draft + cost(nodes + 1)), with t_draft = depth·c·cost(1): the drafter runs once per
+    level (a level's nodes in one batched call), each call costing c target steps; the target verifies
+    the root and the nodes in one forward whose cost ``verify_cost(n)`` comes from the machine's curve."""
+    step = verify_cost(1)
+    return tokens_per_round * step / (depth * draft_cost * step + verify_cost(nodes + 1))
+
+
+# --- CATS under a memory budget (paper 004; the digest's [derived] time model, §7.6) -------------------
+# Layers 1..L_SV are resident; the deep layers stream from flash once per forward, chunk i+1 loading while
+# chunk i computes, so a pass over them costs max(bytes / bandwidth, compute) (for chunks of equal size).
+# A CATS cycle drafts γ̄ times through the shallow layers, runs the shallow verifier and the re-forward,
+# then one deep pass; autoregressive decoding pays one shallow and one deep pass per token:
+#
+#     T_cycle = γ̄·t_DM + t_SV + t_reforward + max(B_deep / BW, t_deep)
+#     T_AR    = t_shallow + max(B_deep / BW, t_deep,AR)
+#     speedup = τ · T_AR / T_cycle            BPT = bytes streamed per cycle / τ
+
+
+def streamed_pass_seconds(deep_bytes: float, bandwidth_bytes_s: float, compute_seconds: float) -> float:
+    if bandwidth_bytes_s <= 0:
+        raise ValueError(f"bandwidth must be > 0, got {bandwidth_bytes_s}")
+    return max(deep_bytes / bandwidth_bytes_s, compute_seconds)
+
+
+def cats_cycle_seconds(gamma: int, draft_step: float, shallow_verify: float, reforward: float, deep_bytes: float,
+                       bandwidth_bytes_s: float, deep_compute: float) -> float:
+    return gamma * draft_step + shallow_verify + reforward + streamed_pass_seconds(deep_bytes, bandwidth_bytes_s,
+                                                                                   deep_compute)
+
+
+def cats_speedup(tau: float, cycle_seconds: float, ar_token_seconds: float) -> float:
+    """τ · T_AR / T_cycle: tokens per cycle over what autoregressive decoding takes for one token."""
+    return tau * ar_token_seconds / cycle_seconds
+
+
+def bytes_per_token(bytes_per_cycle: float, tau: float) -> float:
+    """The paper's BPT: weight bytes streamed per cycle over the tokens a cycle commits (β̄ + 1 = τ)."""
+    return bytes_per_cycle / tau

@@ -6,6 +6,8 @@ Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end pack
   (:mod:`specviz.theory`), so a reader can feel why a draft must be both agreeing (α) and cheap (c).
 * :func:`live_run_explorer` — method, γ, draft depth, budget, temperature → a real run of the engine,
   streamed into a coloured token stream with its statistics (and the speedup over ``ar``).
+* :func:`tree_theory_explorer` — depth, candidates per level, draft cost and node budget → what a
+  draft tree should commit and what verifying it costs on this machine's verify-cost curve.
 
 Figures are re-drawn into an ``Output`` widget rather than updated in a ``FigureWidget``, because
 plotly's ``FigureWidget`` needs the ``anywidget`` front-end, which the project does not depend on.
@@ -26,8 +28,10 @@ from IPython.display import display
 from engines import METHODS, Engine
 from engines.trace import Commit, Event, RunEnd, RunStart
 
-from .theory import expected_speedup, expected_tokens_per_round, optimal_gamma
+from .theory import (expected_speedup, expected_tokens_per_round, expected_tree_tokens, full_tree_nodes, optimal_gamma,
+                     rank_probabilities, tree_speedup)
 from .tokens import legend_html, token_stream_html
+from .trees import tree_budget_figure, verify_cost_figure
 
 # Slider bounds per method option; ``None`` as the upper bound means "the target's layers − 1".
 OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
@@ -252,3 +256,53 @@ def comparison_note(events: Sequence[Event], reference: Sequence[Event] | None, 
         note += (f" In {dtype}, scoring a chunk of tokens and stepping one token at a time round differently, so a"
                  " near-tie between two tokens can flip; in float32 the engine's tests hold them identical.")
     return note
+
+
+# --- draft trees ----------------------------------------------------------------------------------
+def tree_theory_readout(coverage: dict[int, float], depth: int, topk: int, draft_cost: float, nodes: int,
+                        curve) -> str:
+    """Chain, full tree and best N-node tree side by side: τ, nodes verified and the speedup estimate."""
+    probs = rank_probabilities(coverage, topk)
+    a1, ak = probs[0], sum(probs)
+    shapes = [("chain (top-1 only)", expected_tree_tokens(probs[:1], depth), depth),
+              (f"full tree ({topk} children everywhere)", expected_tree_tokens(probs, depth),
+               full_tree_nodes(topk, depth)),
+              (f"best tree of N = {nodes} nodes", expected_tree_tokens(probs, depth, nodes), nodes)]
+    rows = "".join(f"<tr><td>{name}</td><td>{tau:.2f}</td><td>{n:,}</td>"
+                   f"<td>{tree_speedup(tau, n, depth, draft_cost, curve.cost):.2f}×</td></tr>"
+                   for name, tau, n in shapes)
+    return (f"a = a<sub>1</sub> = <b>{a1:.2f}</b>, a<sub>{topk}</sub> = <b>{ak:.2f}</b> (top-{topk} coverage); "
+            "τ<sub>chain</sub> = (1 − a<sup>D+1</sup>)/(1 − a); "
+            "speedup ≈ τ·cost(1) / (D·c·cost(1) + cost(N + 1))"
+            "<table style='margin-top:4px'><tr><th style='text-align:left'>shape</th><th>τ</th><th>nodes N</th>"
+            f"<th>speedup</th></tr>{rows}</table>")
+
+
+def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk: int = 4, draft_cost: float = 0.1,
+                         nodes: int = 12) -> W.VBox:
+    """Sliders D, k, c and N → what a tree is expected to commit and cost on this machine's verify-cost
+    ``curve``, with ``coverage`` the drafter's measured top-k agreement ``{k: a_k}``."""
+    sliders = dict(
+        depth=W.IntSlider(value=depth, min=1, max=8, description="D (depth)"),
+        topk=W.IntSlider(value=topk, min=1, max=8, description="k (candidates)"),
+        draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c (draft level)"),
+        nodes=W.IntSlider(value=nodes, min=1, max=60, description="N (nodes sent)"),
+    )
+    for slider in sliders.values():
+        slider.style.description_width = "110px"
+        slider.layout.width = "380px"
+    readout, plot = W.HTML(), W.Output()
+
+    def redraw(_change=None):
+        values = {name: s.value for name, s in sliders.items()}
+        readout.value = tree_theory_readout(coverage, curve=curve, **values)
+        probs = rank_probabilities(coverage, values["topk"])
+        with plot:
+            plot.clear_output(wait=True)
+            display(tree_budget_figure(probs, values["depth"], values["draft_cost"], curve, nodes=values["nodes"]))
+            display(verify_cost_figure(curve, highlight=values["nodes"] + 1))
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])

@@ -21,6 +21,8 @@ CASES = [
     ("eesd", {"gamma": "auto", "exit_layer": 8, "head": "layer"}),
     ("eagle", {}),
     ("eagle", {"draft": "tiny", "depth": 3, "topk": 3, "total_tokens": 8}),
+    ("cats", {}),
+    ("cats", {"gamma": 3, "acceptance": "sample"}),
 ]
 NEW_TOKENS = 40
 

@@ -2,12 +2,13 @@
 
 from .ar import AR
 from .base import Method, MethodConfig
+from .cats import Cats
 from .eagle import EagleTree
 from .eesd import EarlyExitSelfSpeculation
 from .pld import PromptLookup
 from .sps import SpeculativeSampling
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats)}
 
 
 def get_method(name: str) -> type[Method]:

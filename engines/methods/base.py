@@ -79,5 +79,8 @@ class Method:
         if AUTO in (getattr(self.config, "gamma", None), getattr(self.config, "total_tokens", None)):
             self.engine.verify_cost()
 
+    def check_sampling(self, greedy: bool) -> None:
+        """Refuse sampling settings the method cannot honour (``ValueError``), before the stream starts."""
+
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         raise NotImplementedError

@@ -1,0 +1,518 @@
+"""Draft trees drawn from a run's events: one round's tree, its attention mask, and τ against tree size.
+
+Everything here reads the engine's event stream only (``DraftTree``, ``Verification``, ``Commit``), so a
+replayed trace draws the same pictures as a live run, and chains (``sps``) draw too: their nodes lack
+``sent``/``score``/``rank``, which read as sent, the cumulative log-prob and rank 0.
+
+* :func:`tree_figure` — which branches were drafted, which the target was shown, which it tried and
+  which path it kept: the reason a tree commits more per call than a chain of the same drafter.
+* :func:`tree_mask_figure` — how one target forward verifies every branch at once: each node attends
+  to the root, its ancestors and itself (:func:`engines.layers.tree_mask`, the mask the engine uses).
+* :func:`predicted_tau` / :func:`tau_vs_tree_size` / :func:`tree_size_sweep` — how τ grows with the
+  number of nodes sent, measured by runs at several ``total_tokens`` and predicted from the trees of a
+  single large run (greedy: smaller trees keep the best-scoring nodes, so a round's outcome at size m
+  can be read off its large tree).
+* :func:`tree_budget_figure` / :func:`verify_cost_figure` — the analytic side (:mod:`specviz.theory`):
+  what the best tree of N nodes should commit and what verifying it costs on this machine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Protocol, Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from engines.layers import tree_mask
+from engines.trace import Commit, DraftTree, Event, RunStart, Verification
+
+from .theory import best_tree_paths, expected_tree_tokens, tree_speedup
+from .tokens import FATE_COLOURS
+
+Detokenize = Callable[[list[int]], str]
+
+STATUS_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreached": "#9e9e9e", "pruned": "#c8c8c8",
+                  "sent": "#546e7a"}
+STATUS_LABELS = {"accepted": "accepted path", "rejected": "tried, rejected", "unreached": "sent, never reached",
+                 "pruned": "pruned by the rerank (not sent)", "sent": "sent to the target"}
+ROOT_COLOUR = "#222222"
+LABEL_WIDTH = 0.62  # x units a node's label may take, right of its marker (edges leave from its end)
+MAX_LABEL_CHARS = 9
+
+
+# --- reading events -----------------------------------------------------------------------------
+def tree_nodes(tree: DraftTree) -> list[dict]:
+    """The event's nodes with every tree field present: a chain's nodes read as sent, rank 0, scored by
+    their cumulative log-prob (the score EAGLE-2 ranks by)."""
+    nodes = sorted((dict(node) for node in tree.nodes), key=lambda n: n["id"])
+    score = {}
+    for node in nodes:
+        node.setdefault("sent", True)
+        node.setdefault("rank", 0)
+        node.setdefault("source", "draft")
+        if "score" not in node:
+            node["score"] = score.get(node["parent"], 0.0) + node.get("logprob", 0.0)
+        score[node["id"]] = node["score"]
+    return nodes
+
+
+def sent_nodes(tree: DraftTree) -> list[dict]:
+    """The nodes the target verified, in the order it saw them (the event's ids, parents first)."""
+    return [node for node in tree_nodes(tree) if node["sent"]]
+
+
+def node_outcomes(tree: DraftTree, verification: Verification | None) -> dict[int, str]:
+    """Node id → accepted | rejected (tried and refused) | unreached (sent, its parent never accepted,
+    or a later sibling of the accepted one under sampling) | pruned (never sent); ``sent`` when the round
+    has no verification. A chain's verification lists no tried nodes: there the tried ones are the sent
+    nodes hanging off the root or the accepted path, exactly what a greedy walk tries."""
+    nodes = tree_nodes(tree)
+    if verification is None:
+        return {n["id"]: "sent" if n["sent"] else "pruned" for n in nodes}
+    accepted = set(verification.accepted)
+    tried = {record["id"]: record["outcome"] for record in verification.nodes}
+    outcomes = {}
+    for node in nodes:
+        if not node["sent"]:
+            outcomes[node["id"]] = "pruned"
+        elif node["id"] in accepted:
+            outcomes[node["id"]] = "accepted"
+        elif node["id"] in tried or (not tried and (node["parent"] < 0 or node["parent"] in accepted)):
+            outcomes[node["id"]] = tried.get(node["id"], "rejected")
+        else:
+            outcomes[node["id"]] = "unreached"
+    return outcomes
+
+
+def tree_rounds(events: Sequence[Event]) -> list[tuple[DraftTree, Verification | None]]:
+    """(DraftTree, Verification) of every round that drafted, in round order."""
+    verifications = {e.round: e for e in events if isinstance(e, Verification)}
+    return [(e, verifications.get(e.round)) for e in events if isinstance(e, DraftTree)]
+
+
+def round_events(events: Sequence[Event], round_: int) -> tuple[DraftTree, Verification | None]:
+    """One round's tree and verification, or a message listing the rounds that have a tree."""
+    for tree, verification in tree_rounds(events):
+        if tree.round == round_:
+            return tree, verification
+    raise ValueError(f"round {round_} drafted no tree (rounds with a tree: "
+                     f"{[t.round for t, _ in tree_rounds(events)]})")
+
+
+def root_token(events: Sequence[Event], round_: int) -> int | None:
+    """The token a round's tree hangs off: the last one committed before it."""
+    before = [e for e in events if isinstance(e, Commit) and e.round < round_ and e.tokens]
+    return before[-1].tokens[-1] if before else None
+
+
+def showcase_round(events: Sequence[Event], min_accepted: int = 2) -> int:
+    """A round worth drawing: the first whose accepted path reaches ``min_accepted`` nodes and which sent
+    more than that path (so something was refused), else the one with the longest accepted path."""
+    rounds = [(t.round, len(v.accepted) if v else 0, len(v.rejected) if v else 0) for t, v in tree_rounds(events)]
+    if not rounds:
+        raise ValueError("the run drafted nothing: no DraftTree events (was it run with instrument=False?)")
+    good = [r for r, accepted, rejected in rounds if accepted >= min_accepted and rejected]
+    return good[0] if good else max(rounds, key=lambda r: r[1])[0]
+
+
+def mean_tree_size(events: Sequence[Event]) -> float:
+    """Nodes sent to the target per round (what a round's verification paid for)."""
+    rounds = [e for e in events if isinstance(e, Commit) and e.round > 0]
+    return sum(c.drafted for c in rounds) / len(rounds) if rounds else 0.0
+
+
+def run_row(name: str, events: Sequence[Event], ar_tokens_per_s: float | None = None) -> dict:
+    """One line of a comparison table: speed, τ, tree size and the speedup over ``ar``."""
+    stats = events[-1].stats
+    return {"run": name, "tok/s": stats["tokens_per_s"],
+            "speedup": stats["tokens_per_s"] / ar_tokens_per_s if ar_tokens_per_s else None,
+            "τ": stats["mean_accepted_length"], "mean tree size": mean_tree_size(events),
+            "rounds": stats["rounds"]}
+
+
+# --- one round's tree -----------------------------------------------------------------------------
+def token_label(token: int, detokenize: Detokenize | None = None, width: int = MAX_LABEL_CHARS) -> str:
+    """A token as a short visible label: spaces as ␣, newlines as ↵, ids where there is no text."""
+    text = detokenize([token]) if detokenize else ""
+    text = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    if not text:
+        return f"#{token}"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def tree_layout(nodes: Sequence[dict]) -> dict[int, tuple[float, float]]:
+    """Node id (−1 = root) → (x, y): depth on x; leaves one row apart in depth-first order (siblings by
+    rank, so the drafter's favourite is on top), a parent centred on its children."""
+    kids: dict[int, list[dict]] = {}
+    for node in nodes:
+        kids.setdefault(node["parent"], []).append(node)
+    for siblings in kids.values():
+        siblings.sort(key=lambda n: (n["rank"], n["id"]))
+    position: dict[int, tuple[float, float]] = {}
+    next_row = [0.0]
+
+    def place(node_id: int, depth: int) -> float:
+        children = kids.get(node_id, [])
+        if children:
+            ys = [place(child["id"], child["depth"]) for child in children]
+            y = (ys[0] + ys[-1]) / 2
+        else:
+            y = next_row[0]
+            next_row[0] += 1
+        position[node_id] = (float(depth), y)
+        return y
+
+    place(-1, 0)
+    return position
+
+
+def _hover(node: dict, label: str, outcome: str, record: dict | None) -> str:
+    lines = [f"<b>{label}</b> (node {node['id']}, token {node['token']})",
+             f"depth {node['depth']} · rank {node['rank']} among siblings",
+             f"log q = {node.get('logprob', 0.0):.2f} · score {node['score']:.2f} "
+             f"(path prob. {math.exp(node['score']):.3f})",
+             STATUS_LABELS[outcome] + ("" if node.get("source", "draft") == "draft" else f" · {node['source']} node")]
+    if record and record.get("p") is not None:
+        q = record.get("q")
+        lines.append(f"p = {record['p']:.3f} · q = {q:.3f}{' (a top-k pick: point mass)' if q == 1.0 else ''}"
+                     f" · u = {record['draw']:.3f}")
+    return "<br>".join(lines)
+
+
+NEXT = -2  # layout id of the target's own token after the accepted path
+
+
+def tree_figure(tree: DraftTree, verification: Verification | None = None, detokenize: Detokenize | None = None,
+                show_pruned: bool = True, root_text: str | None = None) -> go.Figure:
+    """One round's draft tree, root (the last committed token) at the left, depth to the right.
+
+    Green: the path the target accepted; red: nodes it tried and refused; grey: nodes sent but never
+    reached (their parent was refused); faint and dotted: nodes the rerank dropped before verification.
+    The diamond after the path is the token the target added itself (bonus or correction), given a row of
+    its own above its siblings. Hover a node for its score and rank (and p, q and the draw when sampling).
+    """
+    nodes = tree_nodes(tree)
+    outcomes = node_outcomes(tree, verification)
+    if not show_pruned:
+        nodes = [n for n in nodes if n["sent"]]
+    records = {r["id"]: r for r in (verification.nodes if verification else [])}
+    placed = list(nodes)
+    if verification is not None:
+        last = verification.accepted[-1] if verification.accepted else -1
+        depth = next((n["depth"] for n in nodes if n["id"] == last), 0) + 1
+        placed.append({"id": NEXT, "parent": last, "depth": depth, "rank": -1})
+    position = tree_layout(placed)
+    labels = {n["id"]: token_label(n["token"], detokenize) for n in nodes}
+    fig = go.Figure()
+    groups = {outcome: [n for n in nodes if outcomes[n["id"]] == outcome]
+              for outcome in ("pruned", "unreached", "rejected", "sent", "accepted")}
+    for outcome, members in groups.items():
+        if members:
+            _add_edges(fig, members, position, outcome)
+    for outcome, members in groups.items():
+        if not members:
+            continue
+        colour = STATUS_COLOURS[outcome]
+        faint = outcome == "pruned"
+        fig.add_trace(go.Scatter(
+            x=[position[n["id"]][0] for n in members], y=[position[n["id"]][1] for n in members],
+            mode="markers+text", text=[labels[n["id"]] for n in members], textposition="middle right",
+            textfont=dict(size=11, color="#a0a0a0" if faint else colour),
+            marker=dict(size=8 if faint else 9, color=colour, symbol="circle-open" if faint else "circle",
+                        line=dict(width=1.5)),
+            hovertext=[_hover(n, labels[n["id"]], outcome, records.get(n["id"])) for n in members],
+            hoverinfo="text", name=STATUS_LABELS[outcome]))
+    root_x, root_y = position[-1]
+    fig.add_trace(go.Scatter(x=[root_x], y=[root_y], mode="markers+text", text=[root_text or "root"],
+                             textposition="middle left", marker=dict(size=11, color=ROOT_COLOUR, symbol="square"),
+                             hovertext=["the root: the last committed token, run by the target with the tree"],
+                             hoverinfo="text", name="root", showlegend=False))
+    if verification is not None:
+        _add_next_token(fig, verification, position, detokenize)
+    rows = len({y for _, y in position.values()})
+    fig.update_layout(title=_tree_title(tree, verification),
+                      height=int(min(1000, max(340, 140 + 18 * rows))), margin=dict(l=60, r=20, t=90, b=40),
+                      plot_bgcolor="white", legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
+                      xaxis=dict(title="depth (1 = the root's children)", dtick=1, zeroline=False, showgrid=False,
+                                 range=[-0.6, max(x for x, _ in position.values()) + LABEL_WIDTH + 0.3]),
+                      yaxis=dict(visible=False, autorange="reversed"))
+    return fig
+
+
+def _add_edges(fig: go.Figure, members: list[dict], position: dict, outcome: str) -> None:
+    """Edges into ``members`` from the end of their parent's label, so lines never cross a label."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for node in members:
+        (px, py), (cx, cy) = position[node["parent"]], position[node["id"]]
+        xs += [_edge_start(px, node["parent"]), cx - 0.06, None]
+        ys += [py, cy, None]
+    dash = "dot" if outcome == "pruned" else "solid"
+    width = 3 if outcome == "accepted" else 1.2
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                             line=dict(color=STATUS_COLOURS[outcome], width=width, dash=dash)))
+
+
+def _edge_start(x: float, node_id: int) -> float:
+    return x + (0.12 if node_id < 0 else LABEL_WIDTH)
+
+
+def _add_next_token(fig: go.Figure, verification: Verification, position: dict, detokenize: Detokenize | None) -> None:
+    """The target's own token after the accepted path, joined to the last accepted node (or the root)."""
+    last = verification.accepted[-1] if verification.accepted else -1
+    (px, py), (x, y) = position[last], position[NEXT]
+    colour = FATE_COLOURS.get(verification.next_fate, ROOT_COLOUR)
+    label = token_label(verification.next_token, detokenize)
+    fig.add_trace(go.Scatter(x=[_edge_start(px, last), x - 0.08], y=[py, y], mode="lines", hoverinfo="skip",
+                             showlegend=False, line=dict(color=colour, width=2, dash="dash")))
+    fig.add_trace(go.Scatter(
+        x=[x], y=[y], mode="markers+text", text=[label], textposition="middle right",
+        textfont=dict(size=11, color=colour), marker=dict(size=13, color=colour, symbol="diamond"),
+        hovertext=[f"<b>{label}</b>: the target's {verification.next_fate} token, committed after "
+                   f"{len(verification.accepted)} accepted node(s)"],
+        hoverinfo="text", name=f"{verification.next_fate}: the target's own token"))
+
+
+def _tree_title(tree: DraftTree, verification: Verification | None) -> str:
+    sent = sum(n["sent"] for n in tree_nodes(tree))
+    title = f"Round {tree.round}: {len(tree.nodes)} drafted, {sent} sent"
+    if verification is not None:
+        title += f", {len(verification.accepted)} accepted + 1 {verification.next_fate}"
+    return title
+
+
+# --- the attention mask that verifies it ------------------------------------------------------------
+def verify_parents(tree: DraftTree) -> list[int]:
+    """Parents for the target's forward over [root] + sent nodes (root at row 0), as the engine builds them
+    (``DraftTreeNodes.verify_parents`` after the rerank's renumbering)."""
+    sent = sent_nodes(tree)
+    row = {node["id"]: i + 1 for i, node in enumerate(sent)}
+    return [-1] + [row.get(node["parent"], 0) for node in sent]
+
+
+def tree_mask_figure(tree: DraftTree, verification: Verification | None = None,
+                     detokenize: Detokenize | None = None, root_text: str | None = None) -> go.Figure:
+    """The verified tree's attention mask without the prefix columns (every row sees the whole prefix).
+
+    Row i is the query of one node, column j a key: filled where i may attend to j — the root, i's
+    ancestors and i itself. Each row therefore predicts the next token after exactly its own path, and
+    one forward scores every branch. With the verification, cells between nodes of the accepted path are
+    green: restricted to that path the mask is the ordinary causal one.
+    """
+    sent = sent_nodes(tree)
+    parents = verify_parents(tree)
+    allowed = (tree_mask(0, parents, torch.float32, "cpu")[0, 0] == 0).tolist()
+    on_path = {0} | {i + 1 for i, node in enumerate(sent) if verification and node["id"] in verification.accepted}
+    labels = [root_text or "root"] + [token_label(node["token"], detokenize) for node in sent]
+    z = [[(2 if i in on_path and j in on_path else 1) if allowed[i][j] else 0 for j in range(len(parents))]
+         for i in range(len(parents))]
+    hover = [[f"{labels[i]} (row {i}) {'sees' if allowed[i][j] else 'cannot see'} {labels[j]} (column {j})"
+              for j in range(len(parents))] for i in range(len(parents))]
+    ticks = [f"<b>{label} ✓</b>" if i in on_path and i else label for i, label in enumerate(labels)]
+    n = len(parents)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n)), y=list(range(n)), zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
+        colorscale=[[0, "#f4f4f4"], [0.33, "#f4f4f4"], [0.33, "#78909c"], [0.67, "#78909c"],
+                    [0.67, STATUS_COLOURS["accepted"]], [1, STATUS_COLOURS["accepted"]]],
+        hovertext=hover, hoverinfo="text"))
+    size = int(min(900, max(360, 170 + 22 * n)))
+    fig.update_layout(title=f"Round {tree.round}: attention mask, root + {n - 1} nodes",
+                      height=size, margin=dict(l=90, r=20, t=60, b=90), plot_bgcolor="white",
+                      xaxis=dict(title="key (attended to)", tickvals=list(range(n)), ticktext=ticks, tickangle=-60,
+                                 tickfont=dict(size=10), side="bottom"),
+                      yaxis=dict(title="query (node)", tickvals=list(range(n)), ticktext=ticks, autorange="reversed",
+                                 tickfont=dict(size=10)))
+    return fig
+
+
+# --- τ against tree size ----------------------------------------------------------------------------
+def round_hits(tree: DraftTree, verification: Verification) -> list[bool]:
+    """For the round's sent nodes ranked as the rerank ranks them (score, shallower first on ties), whether
+    each is on the accepted path."""
+    accepted = set(verification.accepted)
+    ranked = sorted(sent_nodes(tree), key=lambda n: (-n["score"], n["depth"], n["id"]))
+    return [node["id"] in accepted for node in ranked]
+
+
+def predicted_tau(events: Sequence[Event], sizes: Sequence[int] | None = None) -> list[dict]:
+    """τ each tree size m would have reached, read off one greedy run's trees.
+
+    At size m the rerank sends the m best-scoring nodes, which include their own ancestors; a greedy walk
+    then accepts exactly the accepted-path nodes among them (the path's next node is the only child
+    whose token is the target's argmax). So the round would have committed 1 + (accepted-path nodes among
+    its m best) tokens. Averaged over rounds. It is exact for the first round only: at another size the
+    later rounds start from other places. Sizes beyond a round's sent nodes see only those (predict from
+    a run with a fixed, large ``total_tokens``).
+    """
+    start = next((e for e in events if isinstance(e, RunStart)), None)
+    if start is not None and start.temperature > 0:
+        raise ValueError("predicting τ from a run's trees needs a greedy run (temperature 0): under sampling "
+                         "which path survives depends on the draws, not on the tree alone")
+    hits = [round_hits(tree, verification) for tree, verification in tree_rounds(events) if verification]
+    if not hits:
+        raise ValueError("the run has no verified trees to predict from")
+    largest = max(len(h) for h in hits)
+    sizes = list(sizes) if sizes is not None else list(range(1, largest + 1))
+    return [{"size": m, "tau": sum(1 + sum(h[:m]) for h in hits) / len(hits), "rounds": len(hits)} for m in sizes]
+
+
+def tree_size_sweep(engine, prompt, sizes: Sequence[int | str], max_new_tokens: int = 48, depth: int = 5,
+                    topk: int = 4, draft: str = "eagle", predict_from: int | None = None, baseline: bool = True,
+                    progress: Callable[[int, int], None] | None = None) -> dict:
+    """Greedy ``eagle`` runs at every size in ``sizes`` (ints, or ``"auto"``) plus, unless it is among them,
+    one at ``predict_from`` (default: the largest size) whose trees give the predicted curve.
+
+    Returns ``points`` (per run: ``total_tokens``, mean ``tree_size``, ``tau``, ``tokens_per_s``,
+    ``speedup`` over ``ar`` when ``baseline``), ``predicted`` (τ at m = 1 … ``predict_from``), and the
+    settings. ``progress(i, n)`` is called after each of the n runs (the ``ar`` baseline included).
+    """
+    fixed = [s for s in sizes if s != "auto"]
+    if not sizes or any(isinstance(s, bool) or not isinstance(s, int) for s in fixed):
+        raise ValueError(f"sizes must list integers or 'auto', got {list(sizes)!r}")
+    predict_from = predict_from or max(fixed, default=None)
+    if predict_from is None:
+        raise ValueError("give predict_from, or at least one fixed size to predict from")
+    extra = [] if predict_from in fixed else [predict_from]
+    total = len(sizes) + len(extra) + bool(baseline)
+    done = 0
+
+    def tick():
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total)
+
+    options = {"max_new_tokens": max_new_tokens, "temperature": 0.0}
+    ar_speed = None
+    if baseline:
+        ar_speed = engine.run(prompt, "ar", **options).stats.tokens_per_s
+        tick()
+    points, predict_events = [], None
+    for size in [*sizes, *extra]:
+        run = engine.run(prompt, "eagle", depth=depth, topk=topk, total_tokens=size, draft=draft, **options)
+        if size == predict_from:
+            predict_events = run.events
+        if size in sizes:
+            points.append({"total_tokens": size, "tree_size": mean_tree_size(run.events),
+                           "tau": run.stats.mean_accepted_length, "tokens_per_s": run.stats.tokens_per_s,
+                           "speedup": run.stats.tokens_per_s / ar_speed if ar_speed else None})
+        tick()
+    return {"points": points, "predicted": predicted_tau(predict_events, range(1, predict_from + 1)),
+            "predict_from": predict_from, "ar_tokens_per_s": ar_speed, "max_new_tokens": max_new_tokens,
+            "depth": depth, "topk": topk, "draft": draft}
+
+
+def tau_vs_tree_size(points: Sequence[dict], predicted: Sequence[dict] = (), predict_from: int | None = None,
+                     title: str = "τ against tree size: measured runs and the prediction from one run's trees"
+                     ) -> go.Figure:
+    """Left: measured τ per run (a fixed size at its ``total_tokens``, ``auto`` at its mean tree size)
+    beside the curve predicted from one large run. Right: the same runs' speedup over ``ar`` (tok/s when
+    there is no baseline), because τ only grows with the tree while the cost of verifying it grows too."""
+    speed = "speedup" if points and all(p.get("speedup") for p in points) else "tokens_per_s"
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+        "τ: tokens committed per target call", "speedup over ar" if speed == "speedup" else "tokens/s"))
+    if predicted:
+        source = f" from the run at {predict_from}" if predict_from else ""
+        fig.add_trace(go.Scatter(x=[p["size"] for p in predicted], y=[p["tau"] for p in predicted], mode="lines",
+                                 line=dict(color="#888", dash="dot", shape="hv"), name=f"τ predicted{source}"),
+                      row=1, col=1)
+    fixed = sorted((p for p in points if p["total_tokens"] != "auto"), key=_size)
+    auto = [p for p in points if p["total_tokens"] == "auto"]
+    for group, name, symbol in ((fixed, "measured, fixed size", "circle"), (auto, "measured, auto size", "star")):
+        if not group:
+            continue
+        hover = [[p["tokens_per_s"], p["tree_size"], p["tau"]] for p in group]
+        template = ("size %{x:.1f}: τ = %{customdata[2]:.2f} · %{customdata[0]:.1f} tok/s · "
+                    "%{customdata[1]:.1f} nodes sent per round<extra></extra>")
+        colour = STATUS_COLOURS["accepted"] if symbol == "circle" else "#ef6c00"
+        marker = dict(size=13 if symbol == "star" else 10, color=colour, symbol=symbol)
+        for col, key in ((1, "tau"), (2, speed)):
+            fig.add_trace(go.Scatter(x=[_size(p) for p in group], y=[p[key] for p in group], customdata=hover,
+                                     mode="lines+markers" if col == 2 and symbol == "circle" else "markers",
+                                     line=dict(color=colour, dash="dash"), marker=marker, name=name,
+                                     legendgroup=name, showlegend=col == 1, hovertemplate=template), row=1, col=col)
+    if speed == "speedup":
+        fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=1, col=2)
+    fig.update_layout(title=title, height=400, legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text="nodes sent to the target per round")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def _size(point: dict) -> float:
+    return point["tree_size"] if point["total_tokens"] == "auto" else point["total_tokens"]
+
+
+# --- the analytic side: what the best tree of N nodes is worth ----------------------------------------
+class CostCurve(Protocol):
+    def cost(self, n: int) -> float: ...
+
+
+def tree_budget_rows(rank_probs: Sequence[float], depth: int, draft_cost: float, curve: CostCurve,
+                     max_nodes: int = 60) -> list[dict]:
+    """τ and estimated speedup of the best N-node tree, N = 1 … ``max_nodes`` (:mod:`specviz.theory`)."""
+    paths = best_tree_paths(rank_probs, depth, max_nodes)
+    rows, tau = [], 1.0
+    for n, p in enumerate(paths, start=1):
+        tau += p
+        rows.append({"nodes": n, "tau": tau, "speedup": tree_speedup(tau, n, depth, draft_cost, curve.cost)})
+    return rows
+
+
+def tree_budget_figure(rank_probs: Sequence[float], depth: int, draft_cost: float, curve: CostCurve,
+                       nodes: int | None = None, max_nodes: int = 60) -> go.Figure:
+    """τ (left) and estimated speedup (right) of the best N-node tree against N, beside the chain of the
+    same depth (top-1 only): τ keeps growing with N, the speedup peaks where verifying one more node
+    costs more than the token it is expected to add."""
+    rows = tree_budget_rows(rank_probs, depth, draft_cost, curve, max_nodes)
+    chain_tau = expected_tree_tokens(rank_probs[:1], depth)
+    chain = {"tau": chain_tau, "speedup": tree_speedup(chain_tau, depth, depth, draft_cost, curve.cost)}
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+        "τ: expected tokens per round", "estimated speedup over ar"))
+    chosen = rows[nodes - 1] if nodes is not None and 1 <= nodes <= len(rows) else None
+    for col, key, colour in ((1, "tau", STATUS_COLOURS["accepted"]), (2, "speedup", "#1565c0")):
+        fig.add_trace(go.Scatter(x=[r["nodes"] for r in rows], y=[r[key] for r in rows], mode="lines",
+                                 line=dict(color=colour), name=f"best tree, k = {len(rank_probs)}",
+                                 legendgroup="tree", showlegend=col == 1,
+                                 hovertemplate="N = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
+        fig.add_trace(go.Scatter(x=[depth], y=[chain[key]], mode="markers", legendgroup="chain", showlegend=col == 1,
+                                 marker=dict(symbol="square", size=10, color="#555"),
+                                 name=f"chain of depth {depth} (N = {depth})",
+                                 hovertemplate="chain: %{y:.2f}<extra></extra>"), row=1, col=col)
+        if chosen:
+            fig.add_trace(go.Scatter(x=[nodes], y=[chosen[key]], mode="markers", marker=dict(size=13, color="#c62828"),
+                                     name=f"your N = {nodes}", legendgroup="chosen", showlegend=col == 1,
+                                     hovertemplate="N = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
+    if rows:
+        best = max(rows, key=lambda r: r["speedup"])
+        fig.add_vline(x=best["nodes"], line=dict(color="#1565c0", dash="dash"), row=1, col=2,
+                      annotation_text=f"fastest: N = {best['nodes']}", annotation_position="bottom right")
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=1, col=2)
+    fig.update_layout(title=f"The best tree of N nodes (depth ≤ {depth}, ≤ {len(rank_probs)} children per node)",
+                      height=380, legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text="N: nodes verified per round")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def verify_cost_figure(curve, highlight: int | None = None, up_to: int = 61) -> go.Figure:
+    """The machine's verify-cost curve: one target forward over n tokens, in ``ar`` steps (measured for
+    n ≤ the curve's largest n, extended linearly beyond it, as the engine's ``cost`` does)."""
+    measured = sorted(curve.seconds)
+    beyond = list(range(measured[-1], up_to + 1))
+    fig = go.Figure(go.Scatter(x=measured, y=[curve.cost(n) / curve.cost(1) for n in measured], mode="lines+markers",
+                               name="measured", line=dict(color="#222"),
+                               customdata=[curve.cost(n) * 1e3 for n in measured],
+                               hovertemplate="n = %{x}: %{y:.2f} ar steps (%{customdata:.1f} ms)<extra></extra>"))
+    if len(beyond) > 1:
+        fig.add_trace(go.Scatter(x=beyond, y=[curve.cost(n) / curve.cost(1) for n in beyond], mode="lines",
+                                 line=dict(color="#222", dash="dot"), name="extrapolated"))
+    if highlight is not None:
+        fig.add_trace(go.Scatter(x=[highlight], y=[curve.cost(highlight) / curve.cost(1)], mode="markers",
+                                 marker=dict(size=13, color="#c62828"), name=f"root + nodes = {highlight}"))
+    fig.update_layout(title="What verifying n tokens costs here", height=400, legend=dict(orientation="h", y=-0.22),
+                      xaxis_title="n: tokens in one target forward (root + tree nodes)",
+                      yaxis=dict(title="cost ÷ cost of one token", rangemode="tozero"))
+    return fig
