@@ -62,6 +62,8 @@ therefore holds up to two chunks beyond the budget: the one computing and the on
   drafters before it applies a run's budget; under a persistent :meth:`Engine.set_memory_budget`, load
   them first.
 - Reads go through the OS page cache. The throttle, not the disk, sets the rate.
+- The verify-cost curve (``gamma=auto``, ``total_tokens=auto``) is the whole model's compute cost. Its key
+  ignores emptied layers, and it is measured with the budget lifted, never through the emulated flash.
 """
 
 from __future__ import annotations

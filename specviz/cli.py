@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--streams", type=int, default=2, help="ss: lookahead streams")
     train.add_argument("--stream-weight", type=float, default=0.5, help="ss: stream j's loss weight is w^j")
     train.add_argument("--dm-layer", type=int, default=3, help="cats: the draft adapter's layer L_DM")
-    train.add_argument("--sv-layer", type=int, default=15, help="cats: the shallow verifier's layer L_SV")
+    train.add_argument("--sv-layer", default="15", help="cats: the shallow verifier's layer L_SV (comma-separated: "
+                       "several verifiers from one teacher pass)")
+    train.add_argument("--no-dm-adapter", action="store_true", help="cats: train shallow verifiers only, keep cats@L_DM")
     train.add_argument("--top-k", type=int, default=20, help="cats: support of the reduced top-K KL loss")
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--batch-tokens", type=int, default=2048)
@@ -234,7 +236,11 @@ def train_command(args) -> int:
         if args.drafter == "ss":
             options.update(streams=args.streams, stream_weight=args.stream_weight)
     elif args.drafter == "cats":
-        options = {"dm_layer": args.dm_layer, "sv_layer": args.sv_layer, "top_k": args.top_k}
+        try:
+            sv_layers = tuple(int(x) for x in args.sv_layer.split(","))
+        except ValueError:
+            raise ValueError(f"sv-layer must be comma-separated layer numbers, got {args.sv_layer!r}") from None
+        options = {"dm_layer": None if args.no_dm_adapter else args.dm_layer, "sv_layer": sv_layers, "top_k": args.top_k}
     engine = Engine.load(dtype=args.dtype, device=args.device)
     previous_precision = torch.get_float32_matmul_precision()
     if args.device == "cuda":  # TF32 matmuls: distillation targets do not need fp32's last bits, and it is ~4× faster

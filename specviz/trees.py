@@ -38,6 +38,9 @@ STATUS_COLOURS = {"accepted": "#2e7d32", "rejected": "#c62828", "unreached": "#9
 STATUS_LABELS = {"accepted": "accepted path", "rejected": "tried, rejected", "unreached": "sent, never reached",
                  "pruned": "pruned by the rerank (not sent)", "sent": "sent to the target"}
 ROOT_COLOUR = "#222222"
+CORRECTION_SYMBOL = "hexagon"  # CATS's correction siblings (source "correction"): shape, not colour, marks them
+CORRECTION_OUTLINE = 2.5
+CORRECTION_LABEL = "⬢ correction sibling (shallow verifier's token)"
 LABEL_WIDTH = 0.62  # x units a node's label may take, right of its marker (edges leave from its end)
 MAX_LABEL_CHARS = 9
 
@@ -192,6 +195,9 @@ def tree_figure(tree: DraftTree, verification: Verification | None = None, detok
     reached (their parent was refused); faint and dotted: nodes the rerank dropped before verification.
     The diamond after the path is the token the target added itself (bonus or correction), given a row of
     its own above its siblings. Hover a node for its score and rank (and p, q and the draw when sampling).
+    Nodes whose ``source`` is ``"correction"`` (CATS: the shallow verifier's token where it disagreed with
+    the draft, a sibling of that draft) keep their outcome's colour but are drawn as hexagons with a dark
+    outline, and a legend entry says so.
     """
     nodes = tree_nodes(tree)
     outcomes = node_outcomes(tree, verification)
@@ -220,10 +226,13 @@ def tree_figure(tree: DraftTree, verification: Verification | None = None, detok
             x=[position[n["id"]][0] for n in members], y=[position[n["id"]][1] for n in members],
             mode="markers+text", text=[labels[n["id"]] for n in members], textposition="middle right",
             textfont=dict(size=11, color="#a0a0a0" if faint else colour),
-            marker=dict(size=8 if faint else 9, color=colour, symbol="circle-open" if faint else "circle",
-                        line=dict(width=1.5)),
+            marker=_node_marker(members, colour, faint),
             hovertext=[_hover(n, labels[n["id"]], outcome, records.get(n["id"])) for n in members],
             hoverinfo="text", name=STATUS_LABELS[outcome]))
+    if any(_is_correction(n) for n in nodes):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=CORRECTION_LABEL, hoverinfo="skip",
+                                 marker=dict(size=12, symbol=CORRECTION_SYMBOL, color="white",
+                                             line=dict(width=CORRECTION_OUTLINE, color=ROOT_COLOUR))))
     root_x, root_y = position[-1]
     fig.add_trace(go.Scatter(x=[root_x], y=[root_y], mode="markers+text", text=[root_text or "root"],
                              textposition="middle left", marker=dict(size=11, color=ROOT_COLOUR, symbol="square"),
@@ -239,6 +248,23 @@ def tree_figure(tree: DraftTree, verification: Verification | None = None, detok
                                  range=[-0.6, max(x for x, _ in position.values()) + LABEL_WIDTH + 0.3]),
                       yaxis=dict(visible=False, autorange="reversed"))
     return fig
+
+
+def _is_correction(node: dict) -> bool:
+    return node.get("source", "draft") == "correction"
+
+
+def _node_marker(members: list[dict], colour: str, faint: bool) -> dict:
+    """One outcome group's markers: circles; correction nodes (if any) hexagons with a dark outline."""
+    if not any(_is_correction(n) for n in members):  # plain trees keep scalar marker settings
+        return dict(size=8 if faint else 9, color=colour, symbol="circle-open" if faint else "circle",
+                    line=dict(width=1.5))
+    corrections = [_is_correction(n) for n in members]
+    plain = "circle-open" if faint else "circle"
+    return dict(size=[13 if c else (8 if faint else 9) for c in corrections], color=colour,
+                symbol=[CORRECTION_SYMBOL if c else plain for c in corrections],
+                line=dict(width=[CORRECTION_OUTLINE if c else 1.5 for c in corrections],
+                          color=[ROOT_COLOUR if c else colour for c in corrections]))
 
 
 def _add_edges(fig: go.Figure, members: list[dict], position: dict, outcome: str) -> None:

@@ -21,6 +21,7 @@ CASES = [
     ("eesd", {"gamma": "auto", "exit_layer": 8, "head": "layer"}),
     ("eagle", {}),
     ("eagle", {"draft": "tiny", "depth": 3, "topk": 3, "total_tokens": 8}),
+    ("eagle", {"draft": "exit@8-norm", "total_tokens": 12}),
     ("cats", {}),
     ("cats", {"gamma": 3, "acceptance": "sample"}),
 ]

@@ -26,6 +26,7 @@ BAD_CALLS = [
     (dict(method="eagle", total_tokens=61), r"total_tokens must be in \[1, 60\]"),
     (dict(method="eagle", total_tokens="many"), "total_tokens"),
     (dict(method="eagle", draft="self"), "draft must be one of"),
+    (dict(method="eagle", draft="exit@30"), r"exit layer ℓ of draft exit@ℓ must be in \[1, 29\]"),
 ]
 
 

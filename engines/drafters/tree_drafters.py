@@ -80,3 +80,42 @@ def draft_logprobs(logits: torch.Tensor, sampler: Sampler) -> torch.Tensor:
     if sampler.greedy:
         return torch.log_softmax(logits.float(), dim=-1)
     return sampler.probs(logits.float()).log()
+
+
+class ExitTreeDrafter:
+    """The target's first ℓ layers and a norm exit head (``exit@ℓ-norm``) grow the tree in the target's own
+    cache: root and nodes go through layers [0, ℓ) after the committed prefix under the tree mask, and
+    ``finish`` crops those layers back, so verification runs every layer over the tree. Heads with a KV
+    cache of their own (``exit@ℓ-layer``, the CATS adapters) would need that cache grown as a tree too;
+    they draft chains only."""
+
+    def __init__(self, target, exit_layer: int, head, name: str):
+        self.target = target
+        self.exit_layer = exit_layer
+        self.head = head
+        self.name = name
+        self.cache = None
+
+    def start(self, ctx, target_cache) -> None:
+        self.cache = target_cache
+
+    def root(self, committed: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.prefix = self.cache.length(0)
+        hidden = self.target.run(self.target.embed(committed[-1:]), 0, self.exit_layer, self.cache)
+        self.slots = TreeSlots(self.prefix + 1)  # the root is everyone's ancestor: part of the visible prefix
+        return self._rows(hidden)
+
+    def expand(self, tree: DraftTreeNodes, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        target = self.target
+        positions, mask = self.slots.inputs(tree, ids, target.dtype, target.device)  # depth d at prefix + d
+        hidden = target.run_at(target.embed([tree.nodes[i].token for i in ids]), 0, self.exit_layer, self.cache,
+                               positions, mask)
+        return self._rows(hidden)
+
+    def finish(self) -> None:
+        self.cache.crop(self.prefix, range(0, self.exit_layer))
+
+    def _rows(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.head is None:
+            return self.target.logits(hidden), None
+        return self.head(hidden)[0], self.head.head.vocab_ids

@@ -5,7 +5,8 @@ level (one batched drafter call per level), and the ``total_tokens`` best nodes 
 log-prob go to the target (see :mod:`engines.dynamic_tree`). ``total_tokens="auto"`` sizes each tree
 from this machine's verify-cost curve and the drafter's measured calibration: a tree as large as a GPU
 likes is too large for a 2-core CPU. ``draft``: the shipped ``eagle`` feature head (EAGLE's own drafter),
-the shipped ``tiny`` draft model, or any draft model ``sps`` takes (a local path or a name registered
+the shipped ``tiny`` draft model, the target's first ℓ layers with its own head (``exit@ℓ``) or a trained
+norm exit head (``exit@ℓ-norm``), or any draft model ``sps`` takes (a local path or a name registered
 with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the same drafter compare like
 for like. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
 top-k children as point masses (:mod:`engines.tree`).
@@ -15,18 +16,20 @@ Defaults, tuned on a 2-core AMD EPYC in bf16 (``specviz bench``; see the README)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
 from ..decoding import DecodeContext
 from ..drafters.heads import SharedHead
-from ..drafters.tree_drafters import EagleTreeDrafter, ModelTreeDrafter
+from ..drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
 from ..layers import LayerStack
 from ..trace import Event
 from ..tree_decode import MAX_TREE_NODES, tree_decode
 from .base import AUTO, Method, MethodConfig, int_or_auto, require_int, require_int_or_auto
 
 TREE_DRAFTS = ("eagle", "tiny")
+EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 
 
 @dataclass
@@ -44,7 +47,11 @@ class EagleConfig(MethodConfig):
         require_int("topk", self.topk, 1, 16)
         require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
         if not isinstance(self.draft, str) or not self.draft or self.draft == "self":
-            raise ValueError(f"draft must be one of {TREE_DRAFTS} or a draft model's path, got {self.draft!r}")
+            raise ValueError(f"draft must be one of {TREE_DRAFTS}, exit@ℓ, exit@ℓ-norm or a draft model's path, "
+                             f"got {self.draft!r}")
+        exit_draft = EXIT_DRAFT.match(self.draft)
+        if exit_draft:
+            require_int("exit layer ℓ of draft exit@ℓ", int(exit_draft.group(1)), 1, n_layers - 1)
 
 
 class EagleTree(Method):
@@ -54,14 +61,22 @@ class EagleTree(Method):
 
     def prepare(self) -> None:
         super().prepare()
-        if self.config.draft in TREE_DRAFTS:
+        exit_draft = EXIT_DRAFT.match(self.config.draft)
+        if exit_draft:
+            if exit_draft.group(2):
+                self.engine.trained_drafter(self.config.draft)
+        elif self.config.draft in TREE_DRAFTS:
             self.engine.trained_drafter(self.config.draft)
         else:
             self.engine.draft_stack(self.config.draft)
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         draft = self.config.draft
-        if draft == "eagle":
+        exit_draft = EXIT_DRAFT.match(draft)
+        if exit_draft:
+            head = self.engine.trained_drafter(draft) if exit_draft.group(2) else None
+            drafter = ExitTreeDrafter(ctx.target, int(exit_draft.group(1)), head, f"{draft}-tree")
+        elif draft == "eagle":
             drafter = EagleTreeDrafter(self.engine.trained_drafter("eagle"), name="eagle-tree")
         elif draft == "tiny":
             module = self.engine.trained_drafter("tiny")

@@ -31,10 +31,13 @@ LOSSES = {
 
 def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
                    tiny_layers: int = 4, tiny_trained: int = 2, streams: int = 2, stream_weight: float = 0.5,
-                   dm_layer: int = 3, sv_layer: int = 15, top_k: int = 20) -> tuple[list[Student], dict]:
+                   dm_layer: int | None = 3, sv_layer: int | tuple[int, ...] = 15,
+                   top_k: int = 20) -> tuple[list[Student], dict]:
     """Students for ``kind`` (exit | eagle | tiny | ss | cats) and the card fields each one adds.
 
-    ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers."""
+    ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers. ``cats`` trains the
+    draft adapter at ``dm_layer`` (``None``: keep the shipped one) and a shallow verifier at each ``sv_layer``,
+    all from one teacher pass per batch."""
     if kind == "exit":
         students, extra = [], {}
         for layer in exit_layers:
@@ -67,12 +70,16 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
                     "stream_loss_weight": f"{stream_weight:g}^j",
                     "trained_layers": trained, "frozen_layers_from_target": list(range(draft.stream_start))}}
     if kind == "cats":
-        if not 1 <= dm_layer < sv_layer < stack.n_layers:
-            raise ValueError(f"cats needs 1 <= dm_layer ({dm_layer}) < sv_layer ({sv_layer}) < {stack.n_layers}")
+        sv_layers = (sv_layer,) if isinstance(sv_layer, int) else tuple(sv_layer)
+        lowest = 0 if dm_layer is None else dm_layer
+        for sv in sv_layers:
+            if (dm_layer is not None and dm_layer < 1) or not lowest < sv < stack.n_layers:
+                raise ValueError(f"cats needs 1 <= dm_layer ({dm_layer}) < sv_layer ({sv}) < {stack.n_layers}")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         students, extra = [], {}
-        for layer, role in ((dm_layer, "draft"), (sv_layer, "shallow_verifier")):
+        roles = ([(dm_layer, "draft")] if dm_layer is not None else []) + [(sv, "shallow_verifier") for sv in sv_layers]
+        for layer, role in roles:
             name = exit_head_name(layer, "cats")
             students.append(AdapterStudent(name, AdapterHead(stack, vocab_ids, layer).float(), layer, top_k))
             extra[name] = {"kind": "cats_adapter", "exit_layer": layer, "cats_role": role, "top_k": top_k}
