@@ -111,3 +111,18 @@ def prefill(ctx: DecodeContext, cache: KVCache, observe: tuple = ()) -> tuple[to
     logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
     return logits[-1], seen, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids),
                                      seconds=time.perf_counter() - start)
+
+
+def open_with_drafter(ctx: DecodeContext, drafter) -> tuple[KVCache, Transcript, list]:
+    """What every draft → verify loop does first: prefill (observing the layers the drafter learns from),
+    commit the prompt's next token, start the drafter. Returns the target cache, the transcript and the
+    two events to yield (the prefill and the first commit)."""
+    observe = tuple(getattr(drafter, "observe_layers", ()))
+    cache = ctx.target.new_cache(ctx.capacity)
+    logits, seen, prefill_event = prefill(ctx, cache, observe)
+    out = Transcript(ctx)
+    first = out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
+    drafter.start(ctx, cache)
+    if observe:
+        drafter.observe(seen, len(ctx.prompt_ids))
+    return cache, out, [prefill_event, first]

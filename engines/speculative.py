@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from .decoding import DecodeContext, Transcript, prefill, target_forward
+from .decoding import DecodeContext, open_with_drafter, target_forward
 from .draft_length import DraftLength
 from .drafters.base import Draft, Drafter
 from .trace import DraftTree, Event, Verification
@@ -21,17 +21,11 @@ from .verify import Verdict, verify_chain
 
 def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
                        verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
-    target, trace = ctx.target, ctx.trace
+    trace = ctx.trace
     auto = DraftLength(verify_seconds) if gamma is None else None
     observe = tuple(getattr(drafter, "observe_layers", ()))
-    cache = target.new_cache(ctx.capacity)
-    logits, seen, prefill_event = prefill(ctx, cache, observe)
-    yield prefill_event
-    out = Transcript(ctx)
-    yield out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
-    drafter.start(ctx, cache)
-    if observe:
-        drafter.observe(seen, len(ctx.prompt_ids))
+    cache, out, opening = open_with_drafter(ctx, drafter)
+    yield from opening
     round_ = 0
     while not out.done:
         round_ += 1

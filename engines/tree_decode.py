@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .decoding import DecodeContext, Transcript, prefill, target_forward
+from .decoding import DecodeContext, open_with_drafter, target_forward
 from .dynamic_tree import TreeSizer, best_nodes, grow_tree
 from .trace import DraftTree, Event, Verification
 from .tree import DraftTreeNodes, TreeVerdict, keep_path, verify_tree
@@ -24,16 +24,10 @@ MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.decoding.D
 def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
                 verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
     """``total_tokens=None`` sizes every tree with :class:`~engines.dynamic_tree.TreeSizer` on ``verify_seconds``."""
-    target, trace = ctx.target, ctx.trace
+    trace = ctx.trace
     observe = tuple(getattr(drafter, "observe_layers", ()))
-    cache = target.new_cache(ctx.capacity)
-    logits, seen, prefill_event = prefill(ctx, cache, observe)
-    yield prefill_event
-    out = Transcript(ctx)
-    yield out.commit(0, [ctx.sampler.next_token(logits)], ["target"])
-    drafter.start(ctx, cache)
-    if observe:
-        drafter.observe(seen, len(ctx.prompt_ids))
+    cache, out, opening = open_with_drafter(ctx, drafter)
+    yield from opening
     sizer = TreeSizer(verify_seconds, MAX_TREE_NODES) if total_tokens is None else None
     round_ = 0
     while not out.done:

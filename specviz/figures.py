@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from engines.stats import compute_stats
 from engines.trace import Commit, Event
 
-from .theory import expected_speedup
+from .theory import expected_speedup, expected_tokens_per_round
 from .tokens import FATE_COLOURS, FATE_LABELS, fated_pieces
 
 
@@ -82,4 +82,52 @@ def speedup_vs_gamma(points: Sequence[dict], alpha: float, cost_ratio: float, ma
                              marker=dict(size=10), name="measured"))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
     fig.update_layout(title=title, xaxis_title="γ (draft tokens per round)", yaxis_title="speedup over AR")
+    return fig
+
+
+def kernel_curves_figure(curve) -> go.Figure:
+    """Milliseconds of one target forward over n tokens with each matmul kernel the engine tried, and the
+    curve it kept (the fastest per n): where the default kernel's line rises steeply, verifying a few
+    tokens was not free on this machine until the kernel was chosen by measurement."""
+    fig = go.Figure()
+    for kernel, seconds in curve.by_kernel.items():
+        ns = sorted(seconds)
+        fig.add_trace(go.Scatter(x=ns, y=[seconds[n] * 1e3 for n in ns], mode="lines", name=kernel,
+                                 line=dict(dash="dot"), hovertemplate=f"{kernel}: n = %{{x}}, %{{y:.1f}} ms<extra></extra>"))
+    ns = sorted(curve.seconds)
+    fig.add_trace(go.Scatter(x=ns, y=[curve.seconds[n] * 1e3 for n in ns], mode="lines+markers", name="kept (fastest)",
+                             line=dict(color="#222", width=3),
+                             customdata=[curve.kernels[n] for n in ns],
+                             hovertemplate="n = %{x}: %{y:.1f} ms (%{customdata})<extra></extra>"))
+    if curve.ceiling_tokens_per_s:
+        fig.add_hline(y=1e3 / curve.ceiling_tokens_per_s, line=dict(color="#c62828", dash="dash"),
+                      annotation_text="memory-bandwidth bound for one token", annotation_position="bottom right")
+    fig.update_layout(title="What a target forward over n tokens costs on this machine", height=400,
+                      xaxis_title="n: tokens in one forward (γ + 1 for a chain, nodes + 1 for a tree)",
+                      yaxis=dict(title="ms", rangemode="tozero"), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def chain_speedup_on_curve(alpha: float, gamma: int, cost_ratio: float, curve) -> float:
+    """Leviathan's speedup with the verify cost read off the machine's curve instead of assumed equal
+    to one step: τ·cost(1) / (γ·c·cost(1) + cost(γ + 1))."""
+    return expected_tokens_per_round(alpha, gamma) * curve.cost(1) / (gamma * cost_ratio * curve.cost(1)
+                                                                       + curve.cost(gamma + 1))
+
+
+def chain_theory_on_curve_figure(alpha: float, cost_ratio: float, curve, max_gamma: int = 16) -> go.Figure:
+    """Speedup against γ under Leviathan's assumption (verifying γ + 1 tokens costs one step) and on this
+    machine's measured curve: the gap is what the assumption hides, and the best γ moves."""
+    gammas = list(range(1, max_gamma + 1))
+    flat = [expected_speedup(alpha, g, cost_ratio) for g in gammas]
+    measured = [chain_speedup_on_curve(alpha, g, cost_ratio, curve) for g in gammas]
+    fig = go.Figure([go.Scatter(x=gammas, y=flat, mode="lines", name="verification assumed free (Leviathan)",
+                                line=dict(dash="dot")),
+                     go.Scatter(x=gammas, y=measured, mode="lines+markers", name="on this machine's verify-cost curve")])
+    best = gammas[max(range(len(gammas)), key=measured.__getitem__)]
+    fig.add_vline(x=best, line=dict(color="#1565c0", dash="dash"), annotation_text=f"best γ here: {best}")
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
+    fig.update_layout(title=f"Chain speedup against γ (α = {alpha:.2f}, c = {cost_ratio:.2f})", height=380,
+                      xaxis_title="γ: tokens drafted per round", yaxis=dict(title="speedup over ar", rangemode="tozero"),
+                      legend=dict(orientation="h", y=-0.25))
     return fig

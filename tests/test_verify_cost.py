@@ -123,3 +123,15 @@ def test_draft_length_follows_the_machine_and_the_acceptance():
     doubtful.update(drafted=5, accepted=0, draft_seconds=5.0)  # drafts rejected and as slow as a target step
     assert doubtful.choose(limit=99) == 1  # the least that still measures α
     assert doubtful.alpha == pytest.approx(1 / 3) and doubtful.seconds_per_draft_token == 1.0
+
+
+def test_chain_model_on_a_flat_curve_is_leviathans():
+    from specviz.figures import chain_speedup_on_curve, kernel_curves_figure
+    from specviz.theory import expected_speedup
+
+    flat = VerifyCost("k", {n: 0.02 for n in range(1, 17)}, {n: "linear" for n in range(1, 17)},
+                      {"linear": {n: 0.02 for n in range(1, 17)}}, weight_bytes=10**8, bandwidth_gb_s=10.0)
+    assert chain_speedup_on_curve(0.7, 5, 0.1, flat) == pytest.approx(expected_speedup(0.7, 5, 0.1))
+    steep = VerifyCost("k", {n: 0.02 * n for n in range(1, 17)}, {})
+    assert chain_speedup_on_curve(0.7, 5, 0.1, steep) < 1.0  # verifying 6 tokens costs 6 steps: never pays
+    assert len(kernel_curves_figure(flat).data) == 2

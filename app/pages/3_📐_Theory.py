@@ -1,0 +1,65 @@
+"""specviz dashboard page: the analytic models, evaluated on what verification costs on this machine.
+
+Every speculative method trades draft work for fewer target calls; what a call over n tokens costs here
+decides what pays. The page measures (once per machine, cached) and draws that verify-cost curve with
+every matmul kernel the engine tried, then lays Leviathan et al.'s chain model and the draft-tree model
+on it, with sliders. The measured runs of this session (the other pages) appear as points where they fit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+APP = Path(__file__).resolve().parent.parent
+for path in (APP, APP.parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from engine_cache import load_engine  # noqa: E402
+from engines.model import default_dtype  # noqa: E402
+from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
+from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
+from specviz.trees import tree_budget_figure  # noqa: E402
+
+st.set_page_config(page_title="specviz — theory on this machine", page_icon="📐", layout="wide")
+st.title("📐 Theory, on this machine")
+
+dtype_choice = st.sidebar.selectbox("dtype", ["auto", "float32", "bfloat16"], key="theory:dtype")
+dtype = default_dtype("cpu") if dtype_choice == "auto" else dtype_choice
+engine = load_engine(dtype)
+with st.spinner("Measuring what a target forward over 1…16 tokens costs here (once per machine and dtype)…"):
+    curve = engine.verify_cost()
+
+st.header("What verifying n tokens costs")
+st.markdown(
+    "Speculative decoding assumes that checking several tokens in one target forward costs about as much as "
+    "producing one. Whether that holds depends on the machine: the engine times a forward over n = 1…16 new "
+    "tokens with every matmul kernel it knows and keeps the fastest per n (`specviz verify-cost`). Methods "
+    "size their drafts from this curve (`gamma=auto`, `total_tokens=auto`).")
+st.plotly_chart(kernel_curves_figure(curve))
+st.caption(f"{engine.name} · {engine.dtype} · {curve.threads} threads · {curve.prefix} tokens already cached · "
+           f"one token {curve.cost(1) * 1e3:.1f} ms, 16 tokens {curve.relative(16):.2f}× that · bandwidth "
+           f"{curve.bandwidth_gb_s:.0f} GB/s over {curve.weight_bytes / 1e6:.0f} MB of weights: at most "
+           f"{curve.ceiling_tokens_per_s:.0f} tokens/s, against {1 / curve.cost(1):.0f} for one-token forwards here.")
+
+st.header("A chain of γ drafts (Leviathan et al.)")
+left, right = st.columns(2)
+alpha = left.slider("α: chance each draft token is accepted", 0.0, 0.95, 0.6, 0.05, key="theory:alpha")
+cost = right.slider("c: one draft step ÷ one target step", 0.0, 0.5, 0.1, 0.01, key="theory:c")
+st.latex(r"\tau = \frac{1-\alpha^{\gamma+1}}{1-\alpha},\qquad "
+         r"\text{speedup} = \frac{\tau\cdot \mathrm{cost}(1)}{\gamma c\,\mathrm{cost}(1) + \mathrm{cost}(\gamma+1)}")
+st.plotly_chart(chain_theory_on_curve_figure(alpha, cost, curve))
+
+st.header("A draft tree (EAGLE-2)")
+st.markdown("At every position the target's token is the drafter's r-th choice with probability c_r (measured "
+            "for the shipped `eagle` head on held-out answers); the best tree of N nodes is the N most probable "
+            "paths, and a round commits 1 + Σ P(path).")
+left, middle, right = st.columns(3)
+depth = left.slider("D: depth", 1, 8, 5, key="theory:depth")
+topk = middle.slider("k: candidates per node", 1, 8, 4, key="theory:topk")
+tree_cost = right.slider("c: one draft level ÷ one target step", 0.0, 0.5, 0.1, 0.01, key="theory:tree_c")
+probs = rank_probabilities(heldout_topk_agreement("eagle"), topk)
+st.plotly_chart(tree_budget_figure(probs, depth, tree_cost, curve))
