@@ -6,7 +6,7 @@ Everything reads the engine's event stream (``ShallowVerification``, ``DraftTree
 
 * :func:`cycle_tree_figure` — one cycle's tree: the draft chain d_0..d_{γ̄−1} and a correction sibling
   (the shallow verifier's ĉ_i, drawn as a hexagon) wherever the verifier disagreed with the draft, coloured
-  by what the target did (:func:`specviz.trees.tree_figure`); its mask is :func:`specviz.trees.tree_mask_figure`.
+  by what the target did (:func:`specviz.trees.tree_figure`), and :func:`cycle_mask_figure` its tree mask.
 * :func:`gantt_figure` — per cycle, the io lane (each streamed chunk's read, ``load_start → load_end``) above
   the compute lane (the draft, sv, reforward and verify stages, and each chunk's
   ``compute_start → compute_end`` inside the verify stage): where the flash, not the arithmetic, sets the pace.
@@ -33,6 +33,7 @@ A run with ``RunStart.lossless`` False (``acceptance="typical"``) is labelled LO
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Sequence
@@ -46,7 +47,7 @@ from engines.trace import (Commit, DraftTree, Event, Prefill, RunEnd, RunStart, 
                            StreamChunk, Verification)
 
 from .theory import bytes_per_token, cats_cycle_seconds, cats_speedup, streamed_pass_seconds
-from .trees import Detokenize, node_outcomes, root_token, token_label, tree_figure, tree_nodes
+from .trees import Detokenize, node_outcomes, root_token, token_label, tree_figure, tree_mask_figure, tree_nodes
 
 MB = weight_stream.MB
 STAGE_COLOURS = {"prefill": "#9e9e9e", "draft": "#1565c0", "sv": "#8e24aa", "reforward": "#ef6c00",
@@ -128,7 +129,8 @@ def decode_bytes_per_token(events: Sequence[Event]) -> float:
 
 
 def memory_caption(events: Sequence[Event]) -> str:
-    """``layers 0–14 resident, 15–29 streamed at 1000 MB/s (deep)`` or ``no memory budget``."""
+    """``layers 1–15 resident, 16–30 streamed at 1000 MB/s (deep; budget …)`` or ``no memory budget…``;
+    layers counted from 1, as the paper does (the engine's events count from 0)."""
     start = run_start(events)
     memory = start.memory if start else None
     if not memory:
@@ -136,14 +138,19 @@ def memory_caption(events: Sequence[Event]) -> str:
     streamed = memory.get("streamed_layers") or []
     resident = memory.get("resident_layers", 0)
     rate = memory.get("flash_mb_s")
-    parts = [f"layers 0–{resident - 1} resident" if resident else "no layer pinned"]
+    parts = [f"layers 1–{resident} resident" if resident else "no layer pinned"]
     if streamed:
         parts.append(f"{_layer_range(streamed)} streamed at {'unthrottled' if rate is None else f'{rate:g} MB/s'}")
     return ", ".join(parts) + f" ({memory.get('stream', 'deep')}; budget {memory['memory_budget_mb']:.1f} MB)"
 
 
+def _layer_name(layers: Sequence[int]) -> str:
+    return f"layer{'s' if len(layers) > 1 else ''} {_layer_range(layers)}"
+
+
 def _layer_range(layers: Sequence[int]) -> str:
-    return f"{layers[0]}–{layers[-1]}" if len(layers) > 1 else str(layers[0])
+    """Engine layer indices (from 0) as the paper counts them (from 1): ``[15, 16]`` → ``16–17``."""
+    return f"{layers[0] + 1}–{layers[-1] + 1}" if len(layers) > 1 else str(layers[0] + 1)
 
 
 # --- (a) one cycle's tree -----------------------------------------------------------------------
@@ -214,7 +221,19 @@ def cycle_tree_figure(events: Sequence[Event], round_: int, detokenize: Detokeni
     said = (f"SV disagreed at {', '.join(f'd{i}' for i in sv.mismatches)}" if sv.mismatches
             else "SV agreed with every draft")
     fig.update_layout(title=f"Cycle {fig.layout.title.text.removeprefix('Round ')} · {said}{lossy_suffix(events)}",
-                      xaxis_title="depth (d_i sits at depth i + 1; its correction ĉ_i beside it)")
+                      xaxis_title="depth (d_i sits at depth i + 1; its correction ĉ_i beside it)",
+                      legend=dict(orientation="h", x=0, y=-0.3, yanchor="top"),  # below: it wraps in narrow columns
+                      margin=dict(t=60, b=190), height=fig.layout.height + 120)
+    return fig
+
+
+def cycle_mask_figure(events: Sequence[Event], round_: int, detokenize: Detokenize | None = None) -> go.Figure:
+    """The tree mask the deep pass verified the cycle under (:func:`specviz.trees.tree_mask_figure`): a
+    correction sibling's row sees exactly what the draft it would replace sees."""
+    _, tree, verification = cycle_events(events, round_)
+    root = root_token(events, round_)
+    fig = tree_mask_figure(tree, verification, detokenize, None if root is None else token_label(root, detokenize))
+    fig.update_layout(title=f"Cycle {fig.layout.title.text.removeprefix('Round ')}{lossy_suffix(events)}")
     return fig
 
 
@@ -240,10 +259,10 @@ def gantt_figure(events: Sequence[Event], rounds: Sequence[int] | None = None, t
                            0.6, f"{stage}: %{{x:.1f}} ms · %{{customdata}}<extra></extra>"))
     chunks = [(r, c) for r, c in chunk_cycles(events) if r in wanted]
     if chunks:
-        reads = [(c.load_start, c.load_end, _chunk_hover(c)) for _, c in chunks]
+        reads = [(c.load_start, c.load_end, _chunk_hover(c)) for _, c in chunks]  # layers counted from 1
         fig.add_trace(_bar(IO_LANE, reads, IO_COLOUR, "flash read of a streamed chunk", 0.6,
                            "read %{x:.1f} ms · %{customdata}<extra></extra>"))
-        computes = [(c.compute_start, c.compute_end, f"layers {_layer_range(c.layers)}") for _, c in chunks
+        computes = [(c.compute_start, c.compute_end, _layer_name(c.layers)) for _, c in chunks
                     if c.compute_start is not None and c.compute_end is not None]
         if computes:
             fig.add_trace(_bar(COMPUTE_LANE, computes, CHUNK_COMPUTE_COLOUR, "compute of a streamed chunk", 0.25,
@@ -261,9 +280,9 @@ def gantt_figure(events: Sequence[Event], rounds: Sequence[int] | None = None, t
     cycles = f"cycle {chosen[0]}" if len(chosen) == 1 else f"cycles {chosen[0]}–{chosen[-1]}"
     fig.update_layout(
         title=title or f"{name}: io and compute, {cycles} · {memory_caption(events)}{lossy_suffix(events)}",
-        barmode="overlay", height=300, margin=dict(l=110, r=20, t=80, b=40), plot_bgcolor="white",
-        legend=dict(orientation="h", y=-0.3), xaxis=dict(title="ms since the run started",
-                                                           range=[first * 1e3, last * 1e3], showgrid=False),
+        barmode="overlay", height=340, margin=dict(l=110, r=20, t=80, b=120), plot_bgcolor="white",
+        legend=dict(orientation="h", y=-0.42, yanchor="top"),
+        xaxis=dict(title="ms since the run started", range=[first * 1e3, last * 1e3], showgrid=False),
         yaxis=dict(categoryorder="array", categoryarray=[COMPUTE_LANE, IO_LANE]))
     return fig
 
@@ -279,7 +298,7 @@ def _bar(lane: str, spans: list[tuple[float, float, str]], colour: str, name: st
 def _chunk_hover(chunk: StreamChunk) -> str:
     seconds = chunk.load_end - chunk.load_start
     rate = f" ({chunk.bytes / MB / seconds:.0f} MB/s)" if seconds > 0 else ""
-    return f"layers {_layer_range(chunk.layers)} · {chunk.bytes / MB:.2f} MB{rate}"
+    return f"{_layer_name(chunk.layers)} · {chunk.bytes / MB:.2f} MB{rate}"
 
 
 # --- (c) shallow verifier × target ---------------------------------------------------------------
@@ -379,6 +398,7 @@ class RunCosts:
     round_wall: float = 0.0
     deep_wall: float = 0.0
     deep_compute: float = 0.0
+    deep_read: float = 0.0  # the deep chunks' reads, load_start → load_end, summed
     deep_passes: int = 0
     deep_pass_bytes: int = 0  # bytes of the deep chunks, over the same passes (all modes)
     bytes_streamed: int = 0
@@ -435,6 +455,12 @@ class RunCosts:
         return self.deep_pass_bytes / self.deep_passes if self.deep_passes else 0.0
 
     @property
+    def read_mb_s(self) -> float:
+        """The rate the deep reads reached (MB/s): below the throttle's where the reader thread's own CPU
+        work (parsing, copying the weights) cannot keep up."""
+        return self.deep_pass_bytes / MB / self.deep_read if self.deep_read else 0.0
+
+    @property
     def other_per_cycle(self) -> float:
         """Everything in a cycle outside the draft, sv and reforward stages and the deep pass: layers
         L_SV..deep start for Kangaroo and ar, the LM head, the walk, cache rollback, bookkeeping."""
@@ -470,6 +496,7 @@ def run_costs(events: Sequence[Event]) -> RunCosts:
         costs.deep_passes += 1
         costs.deep_wall += max(c.compute_end for c in chunks) - min(c.load_start for c in chunks)
         costs.deep_compute += sum(c.compute_end - c.compute_start for c in chunks)
+        costs.deep_read += sum(c.load_end - c.load_start for c in chunks)
         costs.deep_pass_bytes += sum(c.bytes for c in chunks)
     if end is not None:
         costs.bytes_streamed = end.stats.get("bytes_streamed", 0)
@@ -551,7 +578,7 @@ def pool(costs) -> RunCosts:
 
 
 def layer_time_model(layer_bytes: Sequence[int], sv_layer: int, tau: float, gamma: int, dm_layer: int = 3,
-                     layer_seconds: float = 0.0015, head_seconds: float = 0.004) -> TimeModel:
+                     layer_seconds: float = 0.0012, head_seconds: float = 0.002) -> TimeModel:
     """The same model for a slider: layers 1..``sv_layer`` resident, the rest streamed once per forward.
 
     Compute is ``layer_seconds`` per layer per forward (a handful of tokens cost about what one does on a
@@ -579,6 +606,7 @@ def costs_rows(runs: dict[str, Sequence[Event]]) -> list[dict]:
                      "γ̄": c.gamma, "sv ms": 1e3 * c.sv_per_cycle, "reforward ms": 1e3 * c.reforward_per_cycle,
                      "deep pass ms": 1e3 * c.deep_wall_per_pass, "deep compute ms": 1e3 * c.deep_compute_per_pass,
                      "other ms": 1e3 * c.other_per_cycle, "MB per pass": c.deep_bytes_per_pass / MB,
+                     "reads MB/s": c.read_mb_s,
                      "BPT MB": decode_bytes_per_token(events) / MB, "tok/s": end.stats["tokens_per_s"]})
     return rows
 
@@ -710,13 +738,17 @@ def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
     xs = [p[along] for p in points]
     hover = [[p["tau"], p["tokens_per_s"], p["budget_mb"]] for p in points]
     template = "τ = %{customdata[0]:.2f} · %{customdata[1]:.1f} tok/s · budget %{customdata[2]:.0f} MB<extra></extra>"
-    series = [("cats", "bpt", "speedup", METHOD_COLOURS["cats"], "circle")]
+    series = [("cats", "bpt", "speedup", "tau", METHOD_COLOURS["cats"], "circle")]
     if points and all(p.get("kangaroo_speedup") is not None for p in points):
-        series.append((KANGAROO, "kangaroo_bpt", "kangaroo_speedup", METHOD_COLOURS["kangaroo"], "square"))
-    for name, bpt_key, speed_key, colour, symbol in series:
+        series.append((KANGAROO, "kangaroo_bpt", "kangaroo_speedup", "kangaroo_tau", METHOD_COLOURS["kangaroo"],
+                       "square"))
+    for name, bpt_key, speed_key, tau_key, colour, symbol in series:
         for col, key in ((1, bpt_key), (2, speed_key)):
             scale = 1 / MB if col == 1 else 1.0
-            fig.add_trace(go.Scatter(x=xs, y=[p[key] * scale for p in points], mode="lines+markers", name=name,
+            fig.add_trace(go.Scatter(x=xs, y=[p[key] * scale for p in points], name=name,
+                                     mode="lines+markers+text" if col == 2 else "lines+markers",
+                                     text=[f"τ {p[tau_key]:.2f}" for p in points] if col == 2 else None,
+                                     textposition="top center", textfont=dict(size=10, color=colour),
                                      legendgroup=name, showlegend=col == 1, customdata=hover,
                                      marker=dict(size=10, color=colour, symbol=symbol), line=dict(color=colour),
                                      hovertemplate=f"{name}: %{{y:.2f}} · " + template), row=1, col=col)
@@ -736,6 +768,9 @@ def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
     fig.update_layout(title=title, height=420, legend=dict(orientation="h", y=-0.25), margin=dict(t=90))
     fig.update_xaxes(title_text=axis, dtick=5 if along == "sv_layer" else 1)
     fig.update_yaxes(rangemode="tozero")
+    speeds = [p[speed_key] for p in points for _, _, speed_key, *_ in series]
+    if speeds:  # room above the highest point for its τ label
+        fig.update_yaxes(range=[0, 1.2 * max(max(speeds), 1.0)], row=1, col=2)
     return fig
 
 
@@ -802,19 +837,21 @@ def bandwidth_figure(sweep: dict, grid: tuple[float, float] = (50.0, 5000.0), re
             x=[p["flash_mb_s"] for p in measured], y=[p["speedup"] for p in measured], mode="markers",
             marker=dict(size=11, color=colour, symbol="circle" if method == "cats" else "square"),
             name=f"{names.get(method, method)}: measured", legendgroup=method,
-            customdata=[[p["tau"], p["tokens_per_s"], p["bpt"] / MB] for p in measured],
+            customdata=[[p["tau"], p["tokens_per_s"], p["bpt"] / MB, RunCosts.from_dict(p["costs"]).read_mb_s]
+                        for p in measured],
             hovertemplate="%{x:.0f} MB/s: %{y:.2f}× · τ = %{customdata[0]:.2f} · %{customdata[1]:.1f} tok/s · "
-                          "BPT %{customdata[2]:.1f} MB<extra></extra>"))
+                          "BPT %{customdata[2]:.1f} MB · reads reached %{customdata[3]:.0f} MB/s<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color=METHOD_COLOURS["ar"], dash="dot"), annotation_text="ar (same budget)",
                   annotation_position="bottom right")
-    if readme_mb_s:
-        fig.add_vline(x=readme_mb_s, line=dict(color="#bdbdbd", dash="dot"),
-                      annotation_text=f"{readme_mb_s:g} MB/s (README)", annotation_position="top left")
+    if readme_mb_s:  # on a log axis a shape takes data coordinates, an annotation their log10
+        fig.add_vline(x=readme_mb_s, line=dict(color="#bdbdbd", dash="dot"))
+        fig.add_annotation(x=math.log10(readme_mb_s), y=1.0, yref="paper", yanchor="bottom", showarrow=False,
+                           text=f"{readme_mb_s:g} MB/s (README)", font=dict(size=10, color="#757575"))
     fig.update_layout(
         title=(f"Speedup against flash bandwidth · layers 1..{sweep['resident_layers']} resident "
                f"({sweep['budget_mb']:.0f} MB), {sweep['max_new_tokens']} tokens per run"),
         height=430, legend=dict(orientation="h", y=-0.25),
-        xaxis=dict(type="log", title="emulated flash bandwidth (MB/s)"),
+        xaxis=dict(type="log", title="emulated flash bandwidth (MB/s)", range=[math.log10(lo), math.log10(hi)]),
         yaxis=dict(title="speedup over ar under the same budget", rangemode="tozero"))
     return fig
 
@@ -863,7 +900,8 @@ def cats_theory_figure(model: TimeModel, flash_mb_s: float, grid: tuple[float, f
         fig.add_trace(go.Bar(x=["ar", "CATS"], y=ys, name=part, marker_color=colour,
                              hovertemplate=f"{part}: %{{y:.1f}} ms per token<extra></extra>"), row=1, col=2)
     fig.update_layout(barmode="stack", height=380, legend=dict(orientation="h", y=-0.25), margin=dict(t=50))
-    fig.update_xaxes(type="log", title_text="flash bandwidth (MB/s)", row=1, col=1)
+    fig.update_xaxes(type="log", title_text="flash bandwidth (MB/s)", range=[math.log10(lo), math.log10(hi)],
+                     row=1, col=1)
     fig.update_yaxes(rangemode="tozero", title_text="speedup", row=1, col=1)
     return fig
 

@@ -40,7 +40,7 @@ STATUS_LABELS = {"accepted": "accepted path", "rejected": "tried, rejected", "un
 ROOT_COLOUR = "#222222"
 CORRECTION_SYMBOL = "hexagon"  # CATS's correction siblings (source "correction"): shape, not colour, marks them
 CORRECTION_OUTLINE = 2.5
-CORRECTION_LABEL = "⬢ correction sibling (shallow verifier's token)"
+CORRECTION_LABEL = "correction sibling (the shallow verifier's token)"
 LABEL_WIDTH = 0.62  # x units a node's label may take, right of its marker (edges leave from its end)
 MAX_LABEL_CHARS = 9
 

@@ -8,6 +8,10 @@ Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end pack
   streamed into a coloured token stream with its statistics (and the speedup over ``ar``).
 * :func:`tree_theory_explorer` — depth, candidates per level, draft cost and node budget → what a
   draft tree should commit and what verifying it costs on this machine's verify-cost curve.
+* :func:`cats_theory_explorer` — flash bandwidth, τ, γ̄ and L_SV → CATS's bytes per token and its
+  §7.6 time model against autoregressive decoding under the same memory budget.
+* :func:`cats_run_explorer` — CATS's layers, γ̄, acceptance, the memory budget and the flash bandwidth → a
+  real ``cats`` run beside ``ar`` under the same budget, with one cycle's Gantt and the confusion matrix.
 
 Figures are re-drawn into an ``Output`` widget rather than updated in a ``FigureWidget``, because
 plotly's ``FigureWidget`` needs the ``anywidget`` front-end, which the project does not depend on.
@@ -30,6 +34,8 @@ from engines.trace import Commit, Event, RunEnd, RunStart
 
 from .theory import (expected_speedup, expected_tokens_per_round, expected_tree_tokens, full_tree_nodes, optimal_gamma,
                      rank_probabilities, tree_speedup)
+from . import cats_views as cv
+from .cats_views import cats_theory_figure, cats_theory_readout, layer_time_model
 from .tokens import legend_html, token_stream_html
 from .trees import tree_budget_figure, verify_cost_figure
 
@@ -306,3 +312,112 @@ def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk
         slider.observe(redraw, names="value")
     redraw()
     return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+
+
+# --- CATS under a memory budget ----------------------------------------------------------------------
+def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0, tau: float = 1.6, gamma: int = 5,
+                         sv_layer: int = 15, dm_layer: int = 3, layer_seconds: float = 0.0012,
+                         head_seconds: float = 0.002) -> W.VBox:
+    """Sliders BW, τ, γ̄ and L_SV → BPT and the §7.6 time model (:func:`specviz.cats_views.layer_time_model`):
+    layers 1..L_SV resident, the rest (``layer_bytes``, one entry per decoder layer) streamed once per deep
+    pass; ``layer_seconds`` / ``head_seconds`` are the compute of one layer per forward and of one adapter or
+    LM head call."""
+    n = len(layer_bytes)
+    sliders = dict(
+        flash_mb_s=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="BW (MB/s)",
+                                    readout_format=".0f"),
+        tau=W.FloatSlider(value=tau, min=1.0, max=8.0, step=0.05, description="τ (tokens/cycle)"),
+        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄ (drafts)"),
+        sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="L_SV (resident)"),
+    )
+    for slider in sliders.values():
+        slider.style.description_width = "110px"
+        slider.layout.width = "380px"
+    readout, plot = W.HTML(), W.Output()
+
+    def redraw(_change=None):
+        values = {name: s.value for name, s in sliders.items()}
+        if values["tau"] > values["gamma"] + 1:  # a cycle commits at most γ̄ + 1 tokens
+            sliders["tau"].value = values["tau"] = float(values["gamma"] + 1)
+        model = layer_time_model(layer_bytes, values["sv_layer"], values["tau"], values["gamma"], dm_layer,
+                                 layer_seconds, head_seconds)
+        readout.value = cats_theory_readout(model, values["flash_mb_s"])
+        with plot:
+            plot.clear_output(wait=True)
+            display(cats_theory_figure(model, values["flash_mb_s"]))
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+
+
+def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, flash_mb_s: float = 2000.0,
+                      max_new_tokens: int = 16, gamma: int = 5, run_now: bool = True) -> W.VBox:
+    """Controls → a real ``cats`` run and an ``ar`` run under the same memory budget, side by side, with one
+    cycle's io/compute Gantt and the shallow verifier's confusion matrix. The DM and SV layers offered are
+    the shipped adapters (listed when the explorer is built). ``run_now`` renders one run at once."""
+    drafts, verifiers = cv.shipped_cats_layers("draft"), cv.shipped_cats_layers("shallow_verifier")
+    if not drafts or not verifiers:
+        raise ValueError(f"CATS needs a shipped draft and shallow-verifier adapter; found draft {drafts}, "
+                         f"shallow verifier {verifiers}")
+    n = engine.target.n_layers
+    controls = dict(
+        dm_layer=W.Dropdown(options=drafts, value=3 if 3 in drafts else drafts[0], description="L_DM"),
+        sv_layer=W.Dropdown(options=verifiers, value=15 if 15 in verifiers else verifiers[-1], description="L_SV"),
+        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄"),
+        acceptance=W.Dropdown(options=[("greedy (lossless)", "greedy"), ("sample (lossless)", "sample"),
+                                       ("typical (LOSSY)", "typical")], value="greedy", description="acceptance"),
+        temperature=W.FloatSlider(value=0.7, min=0.1, max=1.5, step=0.1, description="T (not greedy)"),
+    )
+    budget = dict(
+        resident=W.IntSlider(value=resident_layers, min=0, max=n - 1, description="resident layers"),
+        flash=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="flash MB/s",
+                               readout_format=".0f"),
+        tokens=W.IntSlider(value=max_new_tokens, min=4, max=64, step=4, description="max new tokens"),
+    )
+    for widget in [*controls.values(), *budget.values()]:
+        widget.style.description_width = "110px"
+    prompt_box = W.Textarea(value=prompt, description="prompt", layout=W.Layout(width="95%"))
+    button = W.Button(description="Run", button_style="primary", icon="play")
+    cards, status, plots = W.HTML(), W.HTML(), W.Output()
+
+    def run(_button=None):
+        button.disabled = True
+        try:
+            memory = cv.memory_settings(engine, budget["resident"].value, budget["flash"].value)
+            options = {k: controls[k].value for k in ("dm_layer", "sv_layer", "gamma", "acceptance")}
+            temperature = 0.0 if options["acceptance"] == "greedy" else controls["temperature"].value
+            settings = dict(max_new_tokens=budget["tokens"].value, temperature=temperature, **memory)
+            status.value = "running cats…"
+            events: list[Event] = []
+            title = run_label("cats", options)
+            for event in engine.generate(prompt_box.value, "cats", **settings, **options):
+                events.append(event)
+                if isinstance(event, (Commit, RunEnd)):
+                    cards.value = run_card_html(title, events)
+            status.value = "running ar under the same budget for the speedup…"
+            reference = list(engine.generate(prompt_box.value, "ar", **settings))
+            cards.value = side_by_side_html({"ar (same budget)": reference, title: events}, baseline="ar (same budget)")
+            stats = events[-1].stats
+            status.value = (f"{html.escape(cv.memory_caption(events))} · BPT {cv.decode_bytes_per_token(events) / 1e6:.1f}"
+                            f" MB (ar {cv.decode_bytes_per_token(reference) / 1e6:.1f} MB) · "
+                            f"{stats['bytes_streamed'] / 1e6:.0f} MB streamed · peak "
+                            f"{stats['peak_resident_bytes'] / 1e6:.0f} MB resident")
+            with plots:
+                plots.clear_output(wait=True)
+                if cv.cats_cycles(events):
+                    display(cv.gantt_figure(events, [cv.showcase_cycle(events)]))
+                    display(cv.confusion_figure(events))
+        except Exception as error:  # a bad combination of settings: say so, keep the explorer alive
+            status.value = f"<span style='color:#c62828'>{type(error).__name__}: {html.escape(str(error))}</span>"
+            if _button is None:  # the notebook's own first run: a failure must fail the cell (and CI)
+                raise
+        finally:
+            button.disabled = False
+
+    button.on_click(run)
+    if run_now:
+        run()
+    return W.VBox([prompt_box, W.HBox([W.VBox(list(controls.values())), W.VBox([*budget.values(), button])]),
+                   cards, status, plots])

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engines.methods.eagle import EagleConfig
+
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "pages" / "1_🌳_Draft_trees.py"
 sys.path.insert(0, str(APP))
@@ -73,7 +75,8 @@ def test_tree_page_grows_trees_shows_rounds_and_sweeps():
     at.selectbox(key="tree:dtype").set_value("float32").run()  # fp32: greedy eagle writes exactly what ar writes
     at = grow(at)
     run = check_run(at, 12, 8)
-    assert run["options"] == {"depth": 5, "topk": 4, "total_tokens": 8, "draft": "eagle"}
+    defaults = EagleConfig()
+    assert run["options"] == {"depth": defaults.depth, "topk": defaults.topk, "total_tokens": 8, "draft": "eagle"}
     assert run["ar_source"] == "measured just now"
     assert run["text"] == run["ar"]["text"], "greedy eagle must write exactly what ar writes in float32"
     assert any("output equals ar: yes" in c.value for c in at.caption)

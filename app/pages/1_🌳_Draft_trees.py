@@ -32,7 +32,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 import dashboard_helpers as dh  # noqa: E402
 from engine_cache import engine_lock, load_engine  # noqa: E402
 import trees_helpers as th  # noqa: E402
-from engines.methods.eagle import TREE_DRAFTS  # noqa: E402
+from engines.methods.eagle import TREE_DRAFTS, EagleConfig  # noqa: E402
 from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
 from engines.trace import Commit  # noqa: E402
 from specviz.prompts import load_prompts  # noqa: E402
@@ -83,9 +83,9 @@ with tree_box:
     draft = st.selectbox("drafter", list(TREE_DRAFTS), key="tree:draft",
                          help="eagle: EAGLE's feature head (one decoder layer on the target's hidden state); "
                               "tiny: a small 4-layer draft model. Both are trained and shipped in data/drafts.")
-    depth = st.number_input("depth", 1, 12, 5, step=1, key="tree:depth",
+    depth = st.number_input("depth", 1, 12, EagleConfig.depth, step=1, key="tree:depth",
                             help="Levels the tree grows: the longest path one round can accept.")
-    topk = st.number_input("topk", 1, 16, 4, step=1, key="tree:topk",
+    topk = st.number_input("topk", 1, 16, EagleConfig.topk, step=1, key="tree:topk",
                            help="Children each expanded node proposes, and nodes expanded per level (EAGLE-2's k).")
     auto = st.checkbox("total tokens: auto", value=True, key="tree:auto",
                        help="Choose the number of nodes sent each round from this machine's verify-cost curve "

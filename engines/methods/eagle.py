@@ -11,7 +11,10 @@ with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the sa
 for like. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
 top-k children as point masses (:mod:`engines.tree`).
 
-Defaults, tuned on a 2-core AMD EPYC in bf16 (``specviz bench``; see the README): depth 5, topk 4.
+Defaults, tuned on a 2-core AMD EPYC in bf16: depth 4, topk 4 (``specviz bench --per-category 1
+--max-new-tokens 96`` over depth 4–6 × topk 3–6, ``data/bench/bf16/eagle-defaults/``: 1.15× against
+1.05–1.09× for the others; deeper trees add draft steps whose nodes ``auto`` rarely sends). With
+``total_tokens="auto"`` the tree size follows the machine, so depth and topk only bound the candidates.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own hea
 
 @dataclass
 class EagleConfig(MethodConfig):
-    depth: int = 5
+    depth: int = 4
     topk: int = 4
     total_tokens: int | str = "auto"
     draft: str = "eagle"
