@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:  # also works from a checkout where the project is
     sys.path.insert(0, str(ROOT))
 
 import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
+from prompt_picker import prompt_picker  # noqa: E402
 from engine_cache import engine_lock, load_engine  # noqa: E402
 from engines import METHODS
 from engines.model import DEFAULT_MODEL, default_dtype
@@ -137,27 +138,7 @@ with settings_box:
 
 # --- prompt -------------------------------------------------------------------------------------
 prompts = examples()
-FREE_TEXT = -1
-st.session_state.setdefault("example", dh.default_example(prompts))
-st.session_state.setdefault("prompt_text", prompts[st.session_state["example"]].turns[0])
-
-
-def _example_chosen():
-    if st.session_state["example"] != FREE_TEXT:
-        st.session_state["prompt_text"] = prompts[st.session_state["example"]].turns[0]
-
-
-def _prompt_edited():
-    chosen = st.session_state["example"]
-    if chosen != FREE_TEXT and st.session_state["prompt_text"] != prompts[chosen].turns[0]:
-        st.session_state["example"] = FREE_TEXT
-
-
-st.selectbox("Prompt", [FREE_TEXT, *range(len(prompts))], key="example", on_change=_example_chosen,
-             format_func=lambda i: "✍️ free text" if i == FREE_TEXT else dh.example_label(prompts[i]),
-             help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
-prompt = st.text_area("Prompt text", key="prompt_text", height=110, on_change=_prompt_edited,
-                      label_visibility="collapsed")
+prompt = prompt_picker(prompts, "")
 generate = st.button("Generate", type="primary", key="generate")
 
 stream_area = st.empty()

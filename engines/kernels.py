@@ -15,6 +15,8 @@ Every kernel computes the same product; they differ only in rounding order (fp32
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -92,3 +94,17 @@ def uninstall(model: nn.Module) -> None:
         if isinstance(module, PlannedLinear):
             module.__class__ = nn.Linear
             del module.plan
+
+
+@contextmanager
+def stock_kernels(model: nn.Module):
+    """Run ``model`` as PyTorch ships it (``F.linear`` everywhere) inside the block, e.g. to time Hugging
+    Face's own ``generate`` as its users get it; the tuned plan comes back afterwards."""
+    plans = {module: module.plan for module in model.modules() if isinstance(module, PlannedLinear)}
+    uninstall(model)
+    try:
+        yield model
+    finally:
+        for module, plan in plans.items():
+            module.__class__ = PlannedLinear
+            module.plan = plan

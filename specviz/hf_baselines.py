@@ -6,6 +6,8 @@ constant 5 draft tokens per round — the same target, draft and γ as ``sps(dra
 Prefill is excluded from tokens/s as for the engine: a ``max_new_tokens=1`` call on the same input
 measures it, and its time is subtracted. A forward hook counts the target's calls, so the benchmark can
 give Hugging Face's runs a τ (tokens after the first ÷ calls after the prefill) like the engine's.
+``generate`` runs with PyTorch's stock kernels, as its users get it, not with the matmul kernels the
+engine tuned for this machine (:mod:`engines.kernels`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import torch
 
 from engines import Engine
+from engines.kernels import stock_kernels
 
 HF_METHODS = {"hf_ar": {}, "hf_pld": {"prompt_lookup_num_tokens": 10}, "hf_assisted": {}}
 ASSISTED_TOKENS = 5
@@ -48,7 +51,7 @@ def hf_generate(engine: Engine, prompt_ids: list[int], method: str, max_new_toke
     def timed(n: int) -> tuple[float, torch.Tensor]:
         torch.manual_seed(seed)
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), stock_kernels(engine.model):  # as Hugging Face's users run it
             out = engine.model.generate(inputs, attention_mask=attention, max_new_tokens=n, min_new_tokens=0, **kwargs)
         if out.is_cuda:  # kernels may still be queued; the engine's loop syncs every step by reading tokens
             torch.cuda.synchronize(out.device)

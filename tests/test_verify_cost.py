@@ -135,3 +135,14 @@ def test_chain_model_on_a_flat_curve_is_leviathans():
     steep = VerifyCost("k", {n: 0.02 * n for n in range(1, 17)}, {})
     assert chain_speedup_on_curve(0.7, 5, 0.1, steep) < 1.0  # verifying 6 tokens costs 6 steps: never pays
     assert len(kernel_curves_figure(flat).data) == 2
+
+
+def test_stock_kernels_restores_the_plan():
+    from engines.kernels import stock_kernels
+
+    model = tiny_llama(vocab=16)
+    plan = KernelPlan({1: "weight_first"})
+    install(model, plan)
+    with stock_kernels(model):
+        assert not any(isinstance(m, PlannedLinear) for m in model.modules())
+    assert all(m.plan is plan for m in model.modules() if isinstance(m, PlannedLinear))

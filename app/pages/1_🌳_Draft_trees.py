@@ -30,6 +30,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
         sys.path.insert(0, str(path))
 
 import dashboard_helpers as dh  # noqa: E402
+from prompt_picker import prompt_picker  # noqa: E402
 from engine_cache import engine_lock, load_engine  # noqa: E402
 import trees_helpers as th  # noqa: E402
 from engines.methods.eagle import TREE_DRAFTS, EagleConfig  # noqa: E402
@@ -107,27 +108,7 @@ with settings_box:
 
 # --- prompt -------------------------------------------------------------------------------------
 prompts = examples()
-FREE_TEXT = -1
-st.session_state.setdefault("tree:example", dh.default_example(prompts, "math_reasoning"))
-st.session_state.setdefault("tree:prompt_text", prompts[st.session_state["tree:example"]].turns[0])
-
-
-def _example_chosen():
-    if st.session_state["tree:example"] != FREE_TEXT:
-        st.session_state["tree:prompt_text"] = prompts[st.session_state["tree:example"]].turns[0]
-
-
-def _prompt_edited():
-    chosen = st.session_state["tree:example"]
-    if chosen != FREE_TEXT and st.session_state["tree:prompt_text"] != prompts[chosen].turns[0]:
-        st.session_state["tree:example"] = FREE_TEXT
-
-
-st.selectbox("Prompt", [FREE_TEXT, *range(len(prompts))], key="tree:example", on_change=_example_chosen,
-             format_func=lambda i: "✍️ free text" if i == FREE_TEXT else dh.example_label(prompts[i]),
-             help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
-prompt = st.text_area("Prompt text", key="tree:prompt_text", height=110, on_change=_prompt_edited,
-                      label_visibility="collapsed")
+prompt = prompt_picker(prompts, "tree:", "math_reasoning")
 generate = st.button("Grow trees", type="primary", key="tree:generate")
 stream_area = st.empty()
 

@@ -32,6 +32,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 
 import cats_helpers as ch  # noqa: E402
 import dashboard_helpers as dh  # noqa: E402
+from prompt_picker import prompt_picker  # noqa: E402
 from engine_cache import engine_lock, load_engine  # noqa: E402
 from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
 from engines.trace import Commit  # noqa: E402
@@ -139,27 +140,7 @@ with settings_box:
 
 # --- prompt -------------------------------------------------------------------------------------
 prompts = examples()
-FREE_TEXT = -1
-st.session_state.setdefault("cats:example", dh.default_example(prompts, "math_reasoning"))
-st.session_state.setdefault("cats:prompt_text", prompts[st.session_state["cats:example"]].turns[0])
-
-
-def _example_chosen():
-    if st.session_state["cats:example"] != FREE_TEXT:
-        st.session_state["cats:prompt_text"] = prompts[st.session_state["cats:example"]].turns[0]
-
-
-def _prompt_edited():
-    chosen = st.session_state["cats:example"]
-    if chosen != FREE_TEXT and st.session_state["cats:prompt_text"] != prompts[chosen].turns[0]:
-        st.session_state["cats:example"] = FREE_TEXT
-
-
-st.selectbox("Prompt", [FREE_TEXT, *range(len(prompts))], key="cats:example", on_change=_example_chosen,
-             format_func=lambda i: "✍️ free text" if i == FREE_TEXT else dh.example_label(prompts[i]),
-             help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
-prompt = st.text_area("Prompt text", key="cats:prompt_text", height=110, on_change=_prompt_edited,
-                      label_visibility="collapsed")
+prompt = prompt_picker(prompts, "cats:", "math_reasoning")
 generate = st.button("Run CATS", type="primary", key="cats:generate")
 stream_area = st.empty()
 

@@ -1,0 +1,36 @@
+"""The prompt box every dashboard page shares: one of the project's example prompts, or free text.
+
+Choosing an example fills the text box; editing the text switches the picker to "free text". Each page
+passes its own key prefix so pages keep separate prompts (and tests address their widgets by key).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import dashboard_helpers as dh
+from specviz.prompts import Prompt
+
+FREE_TEXT = -1
+
+
+def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summarization") -> str:
+    """The example selector and text box (keys ``{prefix}example`` / ``{prefix}prompt_text``); returns the text."""
+    example_key, text_key = f"{prefix}example", f"{prefix}prompt_text"
+    st.session_state.setdefault(example_key, dh.default_example(prompts, category))
+    st.session_state.setdefault(text_key, prompts[st.session_state[example_key]].turns[0])
+
+    def example_chosen():
+        if st.session_state[example_key] != FREE_TEXT:
+            st.session_state[text_key] = prompts[st.session_state[example_key]].turns[0]
+
+    def prompt_edited():
+        chosen = st.session_state[example_key]
+        if chosen != FREE_TEXT and st.session_state[text_key] != prompts[chosen].turns[0]:
+            st.session_state[example_key] = FREE_TEXT
+
+    st.selectbox("Prompt", [FREE_TEXT, *range(len(prompts))], key=example_key, on_change=example_chosen,
+                 format_func=lambda i: "✍️ free text" if i == FREE_TEXT else dh.example_label(prompts[i]),
+                 help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
+    return st.text_area("Prompt text", key=text_key, height=110, on_change=prompt_edited,
+                        label_visibility="collapsed")
