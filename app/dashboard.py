@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # also works from a checkout where the project is
 
 import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
 from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import engine_lock, load_engine  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
 from engines import METHODS
 from engines.model import DEFAULT_MODEL, default_dtype
 from engines.trace import Commit
@@ -160,18 +160,12 @@ def run_method(prompt: str) -> dict:
     run = {"id": uuid.uuid4().hex, "method": method, "options": dict(options), "settings": dict(settings),
            "dtype": engine.dtype, "prompt": prompt, "events": events, "stats": end.stats, "text": end.text,
            "stop_reason": end.stop_reason, "lossless": events[0].lossless}
-    cache = st.session_state.setdefault("ar_cache", {})
-    key = dh.baseline_key(prompt, settings, engine.dtype)
     if method == "ar":
-        cache[key] = {k: run[k] for k in ("events", "stats", "text")}
-        run["ar"], run["ar_source"] = cache[key], "this run"
-    elif key in cache:
-        run["ar"], run["ar_source"] = cache[key], "cached in this session"
+        record = {k: run[k] for k in ("events", "stats", "text")}  # ar is its own baseline, and the pages' from now on
+        st.session_state.setdefault("ar_cache", {})[dh.baseline_key(prompt, settings, engine.dtype)] = record
+        run["ar"], run["ar_source"] = record, "this run"
     else:
-        with st.spinner("Running autoregressive decoding of the same prompt for the speedup…"), lock:
-            baseline = engine.run(prompt, "ar", **settings)
-        cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
-        run["ar"], run["ar_source"] = cache[key], "measured just now"
+        run["ar"], run["ar_source"] = ar_baseline(engine, lock, prompt, settings)
     return run
 
 

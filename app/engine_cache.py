@@ -22,3 +22,21 @@ def load_engine(dtype: str) -> Engine:
 @st.cache_resource
 def engine_lock(dtype: str) -> threading.Lock:
     return threading.Lock()
+
+
+def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dict,
+                memory: dict | None = None) -> tuple[dict, str]:
+    """The ``ar`` run a page's speedup is measured against: same prompt, settings and memory budget on the
+    same engine, cached in the session (shared by every page) so it is measured once per setting.
+    Returns the baseline (events, stats, text) and where it came from."""
+    import dashboard_helpers as dh
+
+    memory = memory or {}
+    cache = st.session_state.setdefault("ar_cache", {})
+    key = dh.baseline_key(prompt, {**settings, **memory}, engine.dtype)
+    if key in cache:
+        return cache[key], "cached in this session"
+    with st.spinner("Running autoregressive decoding of the same prompt for the speedup…"), lock:
+        baseline = engine.run(prompt, "ar", **settings, **memory)
+    cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
+    return cache[key], "measured just now"

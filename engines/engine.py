@@ -214,7 +214,10 @@ class Engine:
         instance = method_cls(config, self)
         instance.check_sampling(sampler.greedy)
         instance.prepare()
-        trace = trace or Trace(detailed=instrument)
+        if trace is None:
+            trace = Trace(detailed=instrument)
+        else:  # a trace passed in collects this run too; the flag still decides what is recorded
+            trace.detailed = instrument
         ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
                             self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
         return self._stream(instance, ctx, temperature, budget)
@@ -227,7 +230,19 @@ class Engine:
 
     def _stream_run(self, method, ctx: DecodeContext, temperature: float,
                     streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:
+        """Hand each event to the consumer with the run's clock stopped, so whatever the consumer does with
+        it (render, print, sleep) is never timed as decoding."""
+        for event in self._run_events(method, ctx, temperature, streamer):
+            ctx.trace.hold()
+            try:
+                yield event
+            finally:
+                ctx.trace.release()
+
+    def _run_events(self, method, ctx: DecodeContext, temperature: float,
+                    streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:
         trace = ctx.trace
+        first = len(trace.events)  # a trace passed in may hold earlier runs: stats come from this one only
         yield trace.emit(RunStart(
             t=trace.now(), method=method.name, config=method.config.to_dict(), model=self.name,
             device=self.device, dtype=self.dtype, lanes={"target": ctx.lane, "draft": ctx.lane},
@@ -235,22 +250,26 @@ class Engine:
             temperature=temperature, memory=streamer.describe() if streamer is not None else None))
         token_ids: list[int] = []
         stop_reason = "max_new_tokens"
-        with torch.inference_mode():
-            for event in method.decode(ctx):
-                if getattr(event, "kind", "") == "commit":
-                    token_ids.extend(event.tokens)
-                    if event.tokens and event.tokens[-1] in ctx.eos_ids:
-                        stop_reason = "eos"
-                if streamer is not None:  # the chunks this event's work streamed come first
-                    for chunk in streamer.events_before(event):
-                        yield trace.emit(chunk)
-                yield trace.emit(event)
+        steps = method.decode(ctx)
+        while True:
+            with torch.inference_mode():  # only around the engine's own work, never the consumer's code
+                event = next(steps, None)
+            if event is None:
+                break
+            if getattr(event, "kind", "") == "commit":
+                token_ids.extend(event.tokens)
+                if event.tokens and event.tokens[-1] in ctx.eos_ids:
+                    stop_reason = "eos"
+            if streamer is not None:  # the chunks this event's work streamed come first
+                for chunk in streamer.events_before(event):
+                    yield trace.emit(chunk)
+            yield trace.emit(event)
         if streamer is not None:
             streamer.stop()  # a chunk read ahead but never used still crossed the flash: it counts
             for chunk in streamer.drain():
                 yield trace.emit(chunk)
         end = trace.now()
-        stats = compute_stats(trace.events, end_time=end)
+        stats = compute_stats(trace.events[first:], end_time=end)
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),
                                 stats=stats.to_dict(), stop_reason=stop_reason))
 

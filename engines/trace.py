@@ -186,9 +186,25 @@ class Trace:
     events: list = field(default_factory=list)
     subscribers: list = field(default_factory=list)
     _t0: float = field(default_factory=time.perf_counter)
+    _held: float = 0.0  # seconds the consumer held yielded events, excluded from the clock
+    _held_since: float | None = None
 
     def now(self) -> float:
-        return time.perf_counter() - self._t0
+        """Seconds of the engine's own work since the trace began: the clock stands still while the
+        consumer holds an event (a dashboard rendering, a notebook printing), so it never counts as decoding."""
+        if self._held_since is not None:
+            return self._held_since - self._t0 - self._held
+        return time.perf_counter() - self._t0 - self._held
+
+    def hold(self) -> None:
+        """The engine has handed an event to its consumer: stop the clock."""
+        self._held_since = time.perf_counter()
+
+    def release(self) -> None:
+        """The consumer asked for the next event: the clock runs again."""
+        if self._held_since is not None:
+            self._held += time.perf_counter() - self._held_since
+            self._held_since = None
 
     def subscribe(self, callback: Callable[[Event], None]) -> None:
         self.subscribers.append(callback)

@@ -63,3 +63,36 @@ def test_stats_definitions():
     assert stats.reached_by_position == [2, 1, 1] and stats.passed_by_position == [1, 1, 0]
     figure = draft_depth_acceptance_figure({"run": commits})
     assert list(figure.data[0].y) == [0.5, 1.0, 0.0] and list(figure.data[0].customdata) == [2, 1, 1]
+
+
+def test_a_slow_consumer_is_not_timed_as_decoding(tiny_engine):
+    """The dashboard renders at every commit; that time must not count as the method's."""
+    import time
+
+    fast = tiny_engine.run([1, 2, 3], "ar", max_new_tokens=8).stats.decode_seconds
+    slow_events = []
+    for event in tiny_engine.generate([1, 2, 3], "ar", max_new_tokens=8):
+        slow_events.append(event)
+        if event.kind == "commit":
+            time.sleep(0.25)  # 8 commits: 2 s if the clock kept running
+    slow = slow_events[-1].stats["decode_seconds"]
+    assert slow < fast + 0.5 < 2.0
+
+
+def test_a_reused_trace_gives_each_run_its_own_stats_and_honours_instrument(tiny_engine):
+    from engines import Trace
+
+    trace = Trace()
+    first = tiny_engine.run([1, 2, 3], "sps", max_new_tokens=6, draft_layers=1, gamma=2, trace=trace)
+    second = tiny_engine.run([1, 2, 3], "sps", max_new_tokens=4, draft_layers=1, gamma=2, trace=trace,
+                             instrument=False)
+    assert first.stats.new_tokens == 6 and second.stats.new_tokens == 4
+    assert not any(e.kind == "draft_tree" for e in second.events)
+    assert len(trace.events) == len(first.events) + len(second.events)
+
+
+def test_inference_mode_stays_inside_the_engine(tiny_engine):
+    import torch
+
+    for _event in tiny_engine.generate([1, 2, 3], "sps", max_new_tokens=6, draft_layers=1, gamma=2):
+        assert not torch.is_inference_mode_enabled()

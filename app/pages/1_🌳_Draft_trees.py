@@ -31,7 +31,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 
 import dashboard_helpers as dh  # noqa: E402
 from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import engine_lock, load_engine  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
 import trees_helpers as th  # noqa: E402
 from engines.methods.eagle import TREE_DRAFTS, EagleConfig  # noqa: E402
 from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
@@ -127,15 +127,7 @@ def run_tree(prompt: str) -> dict:
     end = events[-1]
     run = {"id": uuid.uuid4().hex, "options": dict(options), "settings": dict(settings), "dtype": engine.dtype,
            "prompt": prompt, "events": events, "stats": end.stats, "text": end.text, "label": label}
-    cache = st.session_state.setdefault("ar_cache", {})
-    key = dh.baseline_key(prompt, settings, engine.dtype)
-    if key in cache:
-        run["ar"], run["ar_source"] = cache[key], "cached in this session"
-    else:
-        with st.spinner("Running autoregressive decoding of the same prompt for the speedup…"), lock:
-            baseline = engine.run(prompt, "ar", **settings)
-        cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
-        run["ar"], run["ar_source"] = cache[key], "measured just now"
+    run["ar"], run["ar_source"] = ar_baseline(engine, lock, prompt, settings)
     return run
 
 

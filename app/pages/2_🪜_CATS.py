@@ -33,7 +33,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 import cats_helpers as ch  # noqa: E402
 import dashboard_helpers as dh  # noqa: E402
 from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import engine_lock, load_engine  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
 from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
 from engines.trace import Commit  # noqa: E402
 from specviz.cats_views import (STAGE_COLOURS, cats_cycles, confusion_figure, cycle_caption,  # noqa: E402
@@ -160,15 +160,7 @@ def run_cats(prompt: str) -> dict:
     run = {"id": uuid.uuid4().hex, "options": dict(options), "settings": dict(settings), "memory": dict(memory),
            "dtype": engine.dtype, "prompt": prompt, "events": events, "stats": end.stats, "text": end.text,
            "label": label}
-    cache = st.session_state.setdefault("ar_cache", {})
-    key = dh.baseline_key(prompt, {**settings, **memory}, engine.dtype)
-    if key in cache:
-        run["ar"], run["ar_source"] = cache[key], "cached in this session"
-    else:
-        with st.spinner("Running autoregressive decoding under the same budget for the speedup…"), lock:
-            baseline = engine.run(prompt, "ar", **settings, **memory)
-        cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
-        run["ar"], run["ar_source"] = cache[key], "measured just now"
+    run["ar"], run["ar_source"] = ar_baseline(engine, lock, prompt, settings, memory)
     return run
 
 

@@ -64,30 +64,24 @@ class EagleTree(Method):
 
     def prepare(self) -> None:
         super().prepare()
-        exit_draft = EXIT_DRAFT.match(self.config.draft)
-        if exit_draft:
-            if exit_draft.group(2):
-                self.engine.trained_drafter(self.config.draft)
-        elif self.config.draft in TREE_DRAFTS:
-            self.engine.trained_drafter(self.config.draft)
-        else:
-            self.engine.draft_stack(self.config.draft)
+        self._drafter()  # loads the drafter now, so a missing one fails before the stream starts
 
-    def decode(self, ctx: DecodeContext) -> Iterator[Event]:
-        draft = self.config.draft
+    def _drafter(self):
+        draft, engine = self.config.draft, self.engine
         exit_draft = EXIT_DRAFT.match(draft)
         if exit_draft:
-            head = self.engine.trained_drafter(draft) if exit_draft.group(2) else None
-            drafter = ExitTreeDrafter(ctx.target, int(exit_draft.group(1)), head, f"{draft}-tree")
-        elif draft == "eagle":
-            drafter = EagleTreeDrafter(self.engine.trained_drafter("eagle"), name="eagle-tree")
-        elif draft == "tiny":
-            module = self.engine.trained_drafter("tiny")
+            head = engine.trained_drafter(draft) if exit_draft.group(2) else None
+            return ExitTreeDrafter(engine.target, int(exit_draft.group(1)), head, f"{draft}-tree")
+        if draft == "eagle":
+            return EagleTreeDrafter(engine.trained_drafter("eagle"), name="eagle-tree")
+        if draft == "tiny":
+            module = engine.trained_drafter("tiny")
             stack = LayerStack(module)
-            drafter = ModelTreeDrafter(stack, name="tiny-tree", head=SharedHead(stack, module.draft_vocab))
-        else:
-            drafter = ModelTreeDrafter(self.engine.draft_stack(draft), name=f"{draft}-tree")
+            return ModelTreeDrafter(stack, name="tiny-tree", head=SharedHead(stack, module.draft_vocab))
+        return ModelTreeDrafter(engine.draft_stack(draft), name=f"{draft}-tree")
+
+    def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         auto = self.config.total_tokens == AUTO
         curve = self.engine.verify_cost() if auto else None
-        yield from tree_decode(ctx, drafter, self.config.depth, self.config.topk,
+        yield from tree_decode(ctx, self._drafter(), self.config.depth, self.config.topk,
                                None if auto else self.config.total_tokens, curve.cost if curve else None)
