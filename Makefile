@@ -23,7 +23,7 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 app: install
-	$(VENV)/bin/streamlit run app/dashboard.py --server.headless true
+	$(VENV)/bin/streamlit run app/dashboard.py --server.headless true --server.address localhost
 
 # The browser test drives Debian's Chromium; install it when missing (needs root or sudo).
 browser-deps:
