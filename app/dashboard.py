@@ -31,14 +31,12 @@ if str(ROOT) not in sys.path:  # also works from a checkout where the project is
     sys.path.insert(0, str(ROOT))
 
 import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
-from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
 from engines import METHODS
-from engines.model import DEFAULT_MODEL, default_dtype
 from engines.trace import Commit
 from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
                               token_stream_figure)
-from specviz.prompts import load_prompts
 from specviz.sweep import gamma_sweep
 from specviz.tokens import legend_html, token_stream_html
 
@@ -53,11 +51,6 @@ UNTRAINED_DRAFTS = {
 }
 
 st.set_page_config(page_title="specviz — speculative decoding, live", page_icon="⚡", layout="wide")
-
-
-@st.cache_data
-def examples():
-    return load_prompts()
 
 
 # --- explanation --------------------------------------------------------------------------------
@@ -84,16 +77,7 @@ st.markdown(
 method_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
 
 with model_box:
-    st.header("Model")
-    dtype_choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key="dtype",
-                                help="auto: bfloat16 where the CPU has native bf16 dot products, else float32.")
-    dtype = default_dtype("cpu") if dtype_choice == "auto" else dtype_choice
-    try:
-        engine = load_engine(dtype)
-    except (ValueError, OSError) as error:
-        st.error(f"Could not load the model: {error}")
-        st.stop()
-    st.caption(f"{DEFAULT_MODEL} · {engine.target.n_layers} layers · {engine.dtype} · {engine.device}")
+    dtype, engine = model_picker("")
 
 with method_box:
     st.header("Method")
@@ -137,7 +121,7 @@ with settings_box:
                                         disabled=settings["temperature"] == 0, help="Used when temperature > 0."))
 
 # --- prompt -------------------------------------------------------------------------------------
-prompts = examples()
+prompts = example_prompts()
 prompt = prompt_picker(prompts, "")
 generate = st.button("Generate", type="primary", key="generate")
 

@@ -40,3 +40,21 @@ def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dic
         baseline = engine.run(prompt, "ar", **settings, **memory)
     cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
     return cache[key], "measured just now"
+
+
+def model_picker(prefix: str = "") -> tuple[str, Engine]:
+    """The sidebar's model section every page shows: the dtype box (key ``{prefix}dtype``) and the engine
+    it loads; a model that cannot load stops the page with the reason."""
+    from engines.model import DEFAULT_MODEL, default_dtype
+
+    st.header("Model")
+    choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key=f"{prefix}dtype",
+                          help="auto: bfloat16 where the CPU has native bf16 dot products, else float32.")
+    dtype = default_dtype("cpu") if choice == "auto" else choice
+    try:
+        engine = load_engine(dtype)
+    except (ValueError, OSError) as error:
+        st.error(f"Could not load the model: {error}")
+        st.stop()
+    st.caption(f"{DEFAULT_MODEL} · {engine.target.n_layers} layers · {engine.dtype} · {engine.device}")
+    return dtype, engine

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 import dashboard_helpers as dh
-from specviz.prompts import Prompt
+from specviz.prompts import Prompt, load_prompts
 
 FREE_TEXT = -1
 
@@ -34,3 +34,9 @@ def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summ
                  help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
     return st.text_area("Prompt text", key=text_key, height=110, on_change=prompt_edited,
                         label_visibility="collapsed")
+
+
+@st.cache_data
+def example_prompts() -> list[Prompt]:
+    """The project's evaluation prompts (``data/prompts.jsonl``), read once per server."""
+    return load_prompts()

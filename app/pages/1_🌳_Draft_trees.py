@@ -30,23 +30,16 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
         sys.path.insert(0, str(path))
 
 import dashboard_helpers as dh  # noqa: E402
-from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
 import trees_helpers as th  # noqa: E402
 from engines.methods.eagle import TREE_DRAFTS, EagleConfig  # noqa: E402
-from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
 from engines.trace import Commit  # noqa: E402
-from specviz.prompts import load_prompts  # noqa: E402
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
 from specviz.trees import (STATUS_COLOURS, STATUS_LABELS, root_token, round_events, showcase_round,  # noqa: E402
                            tau_vs_tree_size, token_label, tree_figure, tree_mask_figure, tree_rounds, tree_size_sweep)
 
 st.set_page_config(page_title="specviz — draft trees", page_icon="🌳", layout="wide")
-
-
-@st.cache_data
-def examples():
-    return load_prompts()
 
 
 # --- explanation --------------------------------------------------------------------------------
@@ -68,16 +61,7 @@ st.markdown(f"{legend_html()}<br><small>Tree nodes: {swatches} · ◆ the target
 tree_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
 
 with model_box:
-    st.header("Model")
-    dtype_choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key="tree:dtype",
-                                help="auto: bfloat16 where the CPU has native bf16 dot products, else float32.")
-    dtype = default_dtype("cpu") if dtype_choice == "auto" else dtype_choice
-    try:
-        engine = load_engine(dtype)
-    except (ValueError, OSError) as error:
-        st.error(f"Could not load the model: {error}")
-        st.stop()
-    st.caption(f"{DEFAULT_MODEL} · {engine.target.n_layers} layers · {engine.dtype} · {engine.device}")
+    dtype, engine = model_picker("tree:")
 
 with tree_box:
     st.header("Draft tree")
@@ -107,7 +91,7 @@ with settings_box:
     }
 
 # --- prompt -------------------------------------------------------------------------------------
-prompts = examples()
+prompts = example_prompts()
 prompt = prompt_picker(prompts, "tree:", "math_reasoning")
 generate = st.button("Grow trees", type="primary", key="tree:generate")
 stream_area = st.empty()

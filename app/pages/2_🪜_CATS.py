@@ -32,22 +32,15 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 
 import cats_helpers as ch  # noqa: E402
 import dashboard_helpers as dh  # noqa: E402
-from prompt_picker import prompt_picker  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine  # noqa: E402
-from engines.model import DEFAULT_MODEL, default_dtype  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
 from engines.trace import Commit  # noqa: E402
 from specviz.cats_views import (STAGE_COLOURS, cats_cycles, confusion_figure, cycle_caption,  # noqa: E402
                                 cycle_mask_figure, cycle_tree_figure, gantt_figure, showcase_cycle)
-from specviz.prompts import load_prompts  # noqa: E402
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
 from specviz.trees import STATUS_COLOURS, STATUS_LABELS  # noqa: E402
 
 st.set_page_config(page_title="specviz — CATS", page_icon="🪜", layout="wide")
-
-
-@st.cache_data
-def examples():
-    return load_prompts()
 
 
 # --- explanation --------------------------------------------------------------------------------
@@ -73,17 +66,8 @@ cats_box, memory_box, settings_box, model_box = (st.sidebar.container(), st.side
                                                  st.sidebar.container(), st.sidebar.container())
 
 with model_box:
-    st.header("Model")
-    dtype_choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key="cats:dtype",
-                                help="auto: bfloat16 where the CPU has native bf16 dot products, else float32.")
-    dtype = default_dtype("cpu") if dtype_choice == "auto" else dtype_choice
-    try:
-        engine = load_engine(dtype)
-    except (ValueError, OSError) as error:
-        st.error(f"Could not load the model: {error}")
-        st.stop()
+    dtype, engine = model_picker("cats:")
     n_layers = engine.target.n_layers
-    st.caption(f"{DEFAULT_MODEL} · {n_layers} layers · {engine.dtype} · {engine.device}")
 
 drafts, verifiers = ch.adapter_choices()
 with cats_box:
@@ -139,7 +123,7 @@ with settings_box:
         st.number_input("seed", 0, 2**31 - 1, 0, key="cats:seed", help="Used when sampling."))
 
 # --- prompt -------------------------------------------------------------------------------------
-prompts = examples()
+prompts = example_prompts()
 prompt = prompt_picker(prompts, "cats:", "math_reasoning")
 generate = st.button("Run CATS", type="primary", key="cats:generate")
 stream_area = st.empty()

@@ -18,8 +18,7 @@ for path in (APP, APP.parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from engine_cache import load_engine  # noqa: E402
-from engines.model import default_dtype  # noqa: E402
+from engine_cache import model_picker  # noqa: E402
 from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
 from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
 from specviz.trees import tree_budget_figure  # noqa: E402
@@ -27,9 +26,8 @@ from specviz.trees import tree_budget_figure  # noqa: E402
 st.set_page_config(page_title="specviz — theory on this machine", page_icon="📐", layout="wide")
 st.title("📐 Theory, on this machine")
 
-dtype_choice = st.sidebar.selectbox("dtype", ["auto", "float32", "bfloat16"], key="theory:dtype")
-dtype = default_dtype("cpu") if dtype_choice == "auto" else dtype_choice
-engine = load_engine(dtype)
+with st.sidebar:
+    dtype, engine = model_picker("theory:")
 with st.spinner("Measuring what a target forward over 1…16 tokens costs here (once per machine and dtype)…"):
     curve = engine.verify_cost()
 
