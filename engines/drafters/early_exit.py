@@ -21,6 +21,34 @@ from .base import Draft, finish_draft, sample_draft_token
 from .heads import DraftHead
 
 
+class SyncedHead:
+    """A head with a KV cache of its own that must cover every committed position (``exit@ℓ-layer``, the
+    CATS adapters): fed the verified states after each round (``observe``), this round's states on top
+    until the next ``sync`` drops them."""
+
+    def __init__(self, head: DraftHead, capacity: int):
+        self.head = head
+        self.cache = head.new_cache(capacity)
+        self.synced = 0
+        self.backlog: list[torch.Tensor] = []  # verified states not yet in the cache
+
+    def observe(self, states: torch.Tensor) -> None:
+        self.backlog.append(states)
+
+    def sync(self) -> None:
+        """Drop the entries of the last round's drafts and feed the verified states instead."""
+        self.cache.crop(self.synced)
+        if self.backlog:
+            verified = torch.cat(self.backlog, dim=1)
+            self.head(verified, self.cache)
+            self.synced += verified.shape[1]
+            self.backlog = []
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits ``[n, V]`` for states ``[1, n, d]`` after the cached ones."""
+        return self.head.head.to_full(self.head(hidden, self.cache)[0])
+
+
 class EarlyExitDrafter:
     def __init__(self, target: LayerStack, exit_layer: int, head: DraftHead | None = None, name: str = ""):
         self.target = target
@@ -29,38 +57,27 @@ class EarlyExitDrafter:
         self.name = name or f"exit@{exit_layer}"
         self.observe_layers = (exit_layer,) if head is not None and head.has_cache else ()
         self.cache: KVCache | None = None
-        self.head_cache: KVCache | None = None
-        self.backlog: list[torch.Tensor] = []  # verified layer-ℓ states not yet in the head's cache
-        self.synced = 0
+        self.synced_head: SyncedHead | None = None
 
     def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
         self.cache = target_cache
-        self.head_cache = self.head.new_cache(ctx.capacity) if self.observe_layers else None
-        self.backlog, self.synced = [], 0
+        self.synced_head = SyncedHead(self.head, ctx.capacity) if self.observe_layers else None
 
     def observe(self, seen: dict, n_valid: int) -> None:
-        self.backlog.append(seen[self.exit_layer][:, :n_valid])
+        self.synced_head.observe(seen[self.exit_layer][:, :n_valid])
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.head is None:
             return self.target.logits(hidden)[-1]
-        out = self.head(hidden, self.head_cache) if self.head_cache is not None else self.head(hidden)
-        return self.head.head.to_full(out[0, -1])
-
-    def _sync_head_cache(self) -> None:
-        """Drop the head's draft-time entries and feed it the verified states instead."""
-        self.head_cache.crop(self.synced)
-        if self.backlog:
-            verified = torch.cat(self.backlog, dim=1)
-            self.head(verified, self.head_cache)
-            self.synced += verified.shape[1]
-            self.backlog = []
+        if self.synced_head is not None:
+            return self.synced_head.logits(hidden)[-1]
+        return self.head.head.to_full(self.head(hidden)[0, -1])
 
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
         if gamma == 0:
             return Draft([])
-        if self.head_cache is not None:
-            self._sync_head_cache()
+        if self.synced_head is not None:
+            self.synced_head.sync()
         token = committed[-1]  # the target cache holds everything before it
         tokens, qs, rows, hiddens = [], [], [], []
         for _ in range(gamma):

@@ -31,7 +31,7 @@ import torch
 
 from ..decoding import DecodeContext, Transcript, prefill
 from ..drafters import EarlyExitDrafter
-from ..drafters.heads import DraftHead
+from ..drafters.early_exit import SyncedHead
 from ..drafters.trained import exit_head_name
 from ..trace import DraftTree, Event, KvRollback, ShallowVerification
 from ..tree import DraftTreeNodes, TreeNode, keep_path, tree_mask_over, typical_tree, verify_tree
@@ -57,30 +57,6 @@ class CatsConfig(MethodConfig):
         require_int("gamma", self.gamma, 1, 32)
         if self.acceptance not in ACCEPTANCE:
             raise ValueError(f"acceptance must be one of {ACCEPTANCE}, got {self.acceptance!r}")
-
-
-class SyncedAdapter:
-    """An adapter head whose own KV cache must cover every committed position: it is fed the verified
-    states after each cycle, and this cycle's states on top (dropped at the next sync)."""
-
-    def __init__(self, head: DraftHead, capacity: int):
-        self.head = head
-        self.cache = head.new_cache(capacity)
-        self.synced = 0
-        self.backlog: list[torch.Tensor] = []
-
-    def observe(self, states: torch.Tensor) -> None:
-        self.backlog.append(states)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Full-vocabulary logits ``[n, V]`` for states ``[1, n, d]`` after the committed ones."""
-        self.cache.crop(self.synced)
-        if self.backlog:
-            verified = torch.cat(self.backlog, dim=1)
-            self.head(verified, self.cache)
-            self.synced += verified.shape[1]
-            self.backlog = []
-        return self.head.head.to_full(self.head(hidden, self.cache)[0])
 
 
 class Cats(Method):
@@ -117,7 +93,7 @@ class Cats(Method):
         drafter = EarlyExitDrafter(target, dm, self.engine.trained_drafter(dm_name), dm_name)
         drafter.start(ctx, cache)
         drafter.observe(seen, len(ctx.prompt_ids))
-        verifier = SyncedAdapter(self.engine.trained_drafter(sv_name), ctx.capacity)
+        verifier = SyncedHead(self.engine.trained_drafter(sv_name), ctx.capacity)
         verifier.observe(seen[sv])
         round_ = 0
         while not out.done:
@@ -129,6 +105,7 @@ class Cats(Method):
                 yield ctx.span("draft", round_, started)
             started = trace.now()
             shallow = target.run(draft.hidden, dm, sv, cache)  # one parallel pass, layers [dm, sv)
+            verifier.sync()
             checked = verifier.logits(shallow).argmax(-1).tolist()
             tree, mismatches = correction_tree(draft.tokens, draft.probs, draft.logprobs, checked, dm_name)
             if trace.detailed:
