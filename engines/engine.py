@@ -6,7 +6,9 @@ argument raises ``ValueError`` before any work starts and nothing is left half-d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -14,9 +16,11 @@ import torch
 from .decoding import DecodeContext
 from .drafters.trained import load_trained
 from .kernels import install
+from .lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
+from .lanes.runtime import load_message_cost, save_message_cost
 from .layers import LayerStack
 from .methods import get_method
-from .model import DEFAULT_MODEL, LoadedModel, load_model
+from .model import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from .sampling import Sampler
 from .stats import Stats, compute_stats
 from .trace import Event, RunEnd, RunStart, Trace
@@ -49,6 +53,9 @@ class Engine:
         self._verify_cost: VerifyCost | None = None
         self._verify_cost_key = ""
         self._memory = weight_stream.BudgetSlot(self.target, name)  # no budget until one is set
+        self.lane_spec = LaneSpec()  # where lane workers run: spawned here, or joining from other hosts
+        self._lanes: LaneGroup | None = None
+        self._lanes_source: Path | None = None
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
@@ -183,6 +190,46 @@ class Engine:
     def memory_budget(self) -> weight_stream.MemoryBudget | None:
         return self._memory.budget
 
+    # --- lanes (engines.lanes) ---------------------------------------------------------------------
+    def lane_group(self, lanes: list[str]) -> LaneGroup:
+        """Worker processes for ``lanes`` (rank 0 is this process), started on first use and reused by
+        every later run that needs the same lanes; a run that fails or is abandoned closes them."""
+        group = self._lanes
+        if group is None or list(group.spec.lanes) != list(lanes) or not group.started:
+            if group is not None:
+                group.close()
+            spec = replace(self.lane_spec, lanes=tuple(lanes))
+            self._lanes = group = LaneGroup(spec, self.model.config.hidden_size, self.target.dtype)
+            group.start()
+            save_message_cost(group.message_cost)
+        return group
+
+    def lanes_source(self) -> Path:
+        """A directory the workers load their layers from: the model's own, or (a model built in memory)
+        its weights saved once to a temporary directory."""
+        if self._lanes_source is None:
+            if self.name != "custom":
+                self._lanes_source = model_source(self.name)
+            else:
+                self._lanes_source = Path(tempfile.mkdtemp(prefix="specviz-lanes-model-"))
+                self.model.save_pretrained(self._lanes_source, safe_serialization=True)
+        return self._lanes_source
+
+    def message_cost(self) -> MessageCost:
+        """What a message between two lanes costs here (virtual mode's clocks need it): measured when lanes
+        start, cached per host; measured with a two-lane group if never measured before."""
+        cost = load_message_cost()
+        if cost is None:
+            self.lane_group(list(default_lanes(2, "cpu")) if lane_capacity("cpu") >= 2 else ["cpu0", "cpu0"])
+            cost = self._lanes.message_cost
+        return cost
+
+    def close(self) -> None:
+        """Stop this engine's lane workers (if any); the engine stays usable and restarts them on demand."""
+        if self._lanes is not None:
+            self._lanes.close()
+            self._lanes = None
+
     # --- running ---------------------------------------------------------------------------------
     def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = 0, instrument: bool = True,
@@ -245,9 +292,10 @@ class Engine:
         first = len(trace.events)  # a trace passed in may hold earlier runs: stats come from this one only
         yield trace.emit(RunStart(
             t=trace.now(), method=method.name, config=method.config.to_dict(), model=self.name,
-            device=self.device, dtype=self.dtype, lanes={"target": ctx.lane, "draft": ctx.lane},
+            device=self.device, dtype=self.dtype, lanes=method.lanes(ctx),
             lossless=method.lossless, prompt_tokens=len(ctx.prompt_ids), max_new_tokens=ctx.max_new_tokens,
-            temperature=temperature, memory=streamer.describe() if streamer is not None else None))
+            temperature=temperature, memory=streamer.describe() if streamer is not None else None,
+            clock=method.clock))
         token_ids: list[int] = []
         stop_reason = "max_new_tokens"
         steps = method.decode(ctx)
@@ -270,6 +318,7 @@ class Engine:
                 yield trace.emit(chunk)
         end = trace.now()
         stats = compute_stats(trace.events[first:], end_time=end)
+        trace.use_clock(None)  # a virtual-clock run ends here
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),
                                 stats=stats.to_dict(), stop_reason=stop_reason))
 

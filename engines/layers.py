@@ -69,8 +69,10 @@ class LayerStack:
         self.backbone = model.model
         self.layers = self.backbone.layers
         self.n_layers = len(self.layers)
-        self.dtype = next(model.parameters()).dtype
-        self.device = next(model.parameters()).device
+        # a lane's partial model keeps the weights it does not need on the meta device: look past them
+        real = [p for p in model.parameters() if p.device.type != "meta"] or list(model.parameters())
+        self.dtype = real[0].dtype
+        self.device = real[0].device
         self.fp32_head: torch.nn.Module | None = None
 
     def use_fp32_head(self, enabled: bool = True) -> None:

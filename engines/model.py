@@ -119,3 +119,46 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str 
     model.to(device).eval()
     model.requires_grad_(False)
     return LoadedModel(model, tokenizer, str(name), DTYPES[dtype], torch.device(device))
+
+
+def model_source(name: str) -> Path:
+    """The directory a model loads from (the default model's dequantized cache, or the path given)."""
+    return _default_model_dir() if name == DEFAULT_MODEL else Path(name)
+
+
+def load_layers(source: str | Path, dtype: str, device: str, layers: range, embed: bool = False,
+                head: bool = False) -> torch.nn.Module:
+    """Only what one lane needs: decoder layers ``layers`` (plus the embedding and/or the final norm and LM
+    head), read tensor by tensor from the safetensors files; every other weight stays on the meta device
+    and takes no memory. A pipeline stage on another worker holds a fraction of the model."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source = Path(source)
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    wanted = [f"model.layers.{i}." for i in layers]
+    if embed:
+        wanted.append("model.embed_tokens.")
+    if head:
+        wanted += ["model.norm.", "lm_head."]
+    tensors = {}
+    for file in sorted(source.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as weights:
+            for key in weights.keys():
+                if any(key.startswith(prefix) for prefix in wanted) or (head and key == "model.embed_tokens.weight"):
+                    tensors[key] = weights.get_tensor(key)
+    if head and "lm_head.weight" not in tensors:  # tied embeddings are saved once, under the embedding's name
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    if not embed:
+        tensors.pop("model.embed_tokens.weight", None)
+    for key, value in tensors.items():
+        module_name, _, attribute = key.rpartition(".")
+        module = model.get_submodule(module_name)
+        setattr(module, attribute, torch.nn.Parameter(value.to(device, DTYPES[dtype]), requires_grad=False))
+    rotary = model.model.rotary_emb  # its inverse frequencies were computed on meta: compute them for real
+    with torch.device(device):
+        model.model.rotary_emb = type(rotary)(config=config)
+    model.eval()
+    return model

@@ -18,11 +18,18 @@ class Sampler:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         self.temperature = temperature
         self.top_p = top_p
+        self.seed = seed
         self.generator = torch.Generator(device=device)
         if seed is not None:
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
+
+    def for_lane(self, lane: int) -> "Sampler":
+        """The same warpers with a generator of the lane's own (seed + lane), so a parallel method draws the
+        same numbers whichever process a lane runs in."""
+        return Sampler(self.temperature, self.top_p, None if self.seed is None else self.seed + lane,
+                       self.generator.device)
 
     @property
     def greedy(self) -> bool:

@@ -35,6 +35,7 @@ class Stats:
     bytes_streamed: int = 0  # layer-file bytes read from the emulated flash
     bytes_per_token: float = 0.0  # bytes_streamed ÷ new tokens
     peak_resident_bytes: int = 0  # weights in memory at the peak, streamed layers counted while loaded
+    clock: str = "wall"  # "virtual": seconds replayed from measured per-operation costs, never wall time
 
     DERIVED = ("acceptance_by_position", "positions_tested", "per_token_acceptance")
 
@@ -63,7 +64,10 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
     commits: list[Commit] = []
     prefill_end = prefill_seconds = 0.0
     bytes_streamed = peak_resident_bytes = 0
+    clock = "wall"
     for event in events:
+        if isinstance(event, RunStart):
+            clock = event.clock
         if isinstance(event, StreamChunk):
             bytes_streamed += event.bytes
             peak_resident_bytes = max(peak_resident_bytes, event.resident_bytes)
@@ -106,4 +110,5 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         bytes_streamed=bytes_streamed,
         bytes_per_token=bytes_streamed / new_tokens if new_tokens else 0.0,
         peak_resident_bytes=peak_resident_bytes,
+        clock=clock,
     )

@@ -7,7 +7,8 @@ commits and the run's start and end are always emitted because the text and the 
 
 Schema versions: 1 — chains only; 2 — draft trees (nodes carry score, sibling rank and whether they were
 sent to verification; verifications carry each tried node's p, q and draw; commits their tree's depth).
-Fields added after version 1 have defaults, so version-1 traces still load and replay.
+3 — lanes and pipelines (stage computes, activations sent, checks, flushes, KV truncations; the run's
+clock, ``wall`` or ``virtual``). Fields added after version 1 have defaults, so older traces still load and replay.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass
@@ -46,6 +47,7 @@ class RunStart(Event):
     temperature: float
     schema: int = SCHEMA_VERSION
     memory: dict | None = None  # the memory budget the run honoured (engines.weight_stream); None = none
+    clock: str = "wall"  # "virtual": times replayed from measured per-operation costs (engines.lanes.serial)
 
 
 @dataclass
@@ -155,10 +157,75 @@ class StreamChunk(Event):
     resident_bytes: int = 0
 
 
+@dataclass
+class StageCompute(Event):
+    """A pipeline stage ran its layers on ``rows`` positions from ``position`` on (PPSD). ``token`` is the
+    token those positions end in and ``draft`` whether it was still unverified; ``epoch`` counts flushes."""
+
+    kind: ClassVar[str] = "stage_compute"
+    lane: str
+    stage: int
+    tick: int
+    position: int
+    rows: int
+    token: int
+    draft: bool
+    start: float
+    end: float
+    epoch: int = 0
+
+
+@dataclass
+class ActivationSend(Event):
+    """Hidden states (and, when sampling, a draft distribution) sent from one lane to the next."""
+
+    kind: ClassVar[str] = "activation_send"
+    lane: str
+    to_lane: str
+    tick: int
+    position: int
+    bytes: int
+
+
+@dataclass
+class Check(Event):
+    """The last stage judged the draft token at ``position``: ``target`` is the token committed there."""
+
+    kind: ClassVar[str] = "check"
+    tick: int
+    position: int
+    draft: int
+    target: int
+    accepted: bool
+
+
+@dataclass
+class Flush(Event):
+    """A stage dropped work that a rejection made stale: ``discarded`` positions from ``position`` on."""
+
+    kind: ClassVar[str] = "flush"
+    lane: str
+    tick: int
+    position: int
+    discarded: int
+
+
+@dataclass
+class KvTruncate(Event):
+    """A lane cut its KV cache back to ``position`` entries, dropping ``dropped`` stale ones."""
+
+    kind: ClassVar[str] = "kv_truncate"
+    lane: str
+    position: int
+    dropped: int
+
+
 EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
-                                         ShallowVerification, KvRollback)}
+                                         ShallowVerification, KvRollback, StageCompute, ActivationSend, Check,
+                                         Flush, KvTruncate)}
 EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
-DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind}
+DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind,
+                  StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind}
 
 
 def event_from_dict(record: dict) -> Event:
@@ -188,13 +255,28 @@ class Trace:
     _t0: float = field(default_factory=time.perf_counter)
     _held: float = 0.0  # seconds the consumer held yielded events, excluded from the clock
     _held_since: float | None = None
+    _clock: Callable[[], float] | None = None  # virtual mode's clock, while a run replays on one
 
     def now(self) -> float:
-        """Seconds of the engine's own work since the trace began: the clock stands still while the
-        consumer holds an event (a dashboard rendering, a notebook printing), so it never counts as decoding."""
+        """Seconds of the engine's own work since the trace began (:meth:`wall`), or the virtual clock of
+        a run that replays its schedule on one."""
+        return self._clock() if self._clock is not None else self.wall()
+
+    def wall(self) -> float:
+        """Wall-clock seconds since the trace began, standing still while the consumer holds an event (a
+        dashboard rendering, a notebook printing), so that never counts as decoding."""
         if self._held_since is not None:
             return self._held_since - self._t0 - self._held
         return time.perf_counter() - self._t0 - self._held
+
+    def from_clock(self, perf_counter: float) -> float:
+        """A ``time.perf_counter()`` reading (this process, or a lane's on this host) on this trace's clock."""
+        return perf_counter - self._t0 - self._held
+
+    def use_clock(self, now: Callable[[], float] | None) -> None:
+        """Read time from ``now`` instead of the wall clock (a virtual-mode run, until its end); ``None``
+        returns to the wall clock."""
+        self._clock = now
 
     def hold(self) -> None:
         """The engine has handed an event to its consumer: stop the clock."""

@@ -6,9 +6,11 @@ from .cats import Cats
 from .eagle import EagleTree
 from .eesd import EarlyExitSelfSpeculation
 from .pld import PromptLookup
+from .ppsd import Ppsd
 from .sps import SpeculativeSampling
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats,
+                                              Ppsd)}
 
 
 def get_method(name: str) -> type[Method]:

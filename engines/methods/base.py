@@ -65,6 +65,11 @@ class Method:
     Config: type[MethodConfig] = MethodConfig
     lossless: bool = True
     description: str = ""
+    clock: str = "wall"  # "virtual" where the run's times are replayed, not measured on the wall clock
+
+    def lanes(self, ctx: DecodeContext) -> dict:
+        """Which lane does what, for the run's start event (one lane unless the method runs several)."""
+        return {"target": ctx.lane, "draft": ctx.lane}
 
     def __init__(self, config: MethodConfig, engine):
         self.config = config

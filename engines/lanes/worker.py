@@ -1,0 +1,118 @@
+"""A lane's worker process: join the driver's store, then serve its programs until told to shut down.
+
+Started by :class:`~engines.lanes.runtime.LaneGroup` on this machine, or by hand on another one::
+
+    python -m engines.lanes.worker --address DRIVER_HOST --port 29500 --rank 1 --world-size 2 --lane cpu0
+
+Each request arrives as a ``configure`` message naming a program (``"module:function"``) and its
+arguments; the program is a generator of :mod:`~engines.lanes.messages` operations, driven here with
+blocking (but watched) receives. Events it emits ride to the driver on its next message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import importlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from .channel import Channel
+from .messages import Emit, LaneError, Message, Recv, Send
+from .runtime import heartbeat, make_group, usable_cores
+from .serial import Lane
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker if the driver dies, however it dies."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _program(setup: dict):
+    module, _, function = setup["program"].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def serve(address: str, port: int, rank: int, world: int, lane: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it closes us
+    if lane.startswith("cpu"):
+        cores = usable_cores()
+        os.sched_setaffinity(0, {cores[int(lane[3:]) % len(cores)]})
+        torch.set_num_threads(1)
+    store = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    setup = json.loads(store.get("setup"))
+    stop = threading.Event()
+    heartbeat(address, port, rank, stop)
+    store.set(f"ready/{rank}", str(os.getpid()))
+    group = make_group(store, rank, world, lane, setup["hang_seconds"] * 10)
+
+    def driver_gone(error: Exception):  # the driver closed or died: nothing left to serve
+        os._exit(0)
+
+    device = torch.device(lane if lane.startswith("cuda") else "cpu")
+    channel = Channel(group, setup["hidden_size"], getattr(torch, setup["dtype"]), device, driver_gone)
+    this = Lane(rank, lane, time.perf_counter)
+    host = socket.gethostname()
+    while True:
+        message = channel.recv(0)
+        if message.kind == "shutdown":
+            channel.flush()
+            return
+        if message.kind == "ping":
+            channel.send(0, Message("ping", hidden=message.hidden, blob={"t": time.perf_counter(), "host": host}))
+            continue
+        if message.kind != "configure":
+            raise LaneError(f"lane {lane} expected a configure message, got {message.kind!r}")
+        program = _program(message.blob)(this, **message.blob.get("args", {}))
+        run_program(program, channel, rank)
+
+
+def run_program(program, channel: Channel, rank: int) -> None:
+    outbox: list[dict] = []
+    value = None
+    with torch.inference_mode():
+        while True:
+            try:
+                op = program.send(value)
+            except StopIteration:
+                channel.flush()
+                return
+            value = None
+            if isinstance(op, Recv):
+                value = channel.recv(op.src)
+                outbox.extend(value.blob.pop("events", []))  # from lanes upstream: pass them on
+            elif isinstance(op, Send):
+                if outbox:
+                    op.message.blob["events"], outbox = outbox, []
+                channel.send(op.dst, op.message)
+            elif isinstance(op, Emit):
+                outbox.append({**op.event.to_dict(), "_rank": rank})
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m engines.lanes.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True, help="the driver's host")
+    parser.add_argument("--port", type=int, required=True, help="the driver's store port")
+    parser.add_argument("--rank", type=int, required=True, help="this lane's rank (1 .. world-size − 1)")
+    parser.add_argument("--world-size", type=int, required=True, help="lanes in all, the driver included")
+    parser.add_argument("--lane", default="cpu0", help="cpuK (the K-th usable core of this host) or cuda:K")
+    parser.add_argument("--die-with-parent", action="store_true", help="exit when the process that started us does")
+    args = parser.parse_args(argv)
+    if args.die_with_parent:
+        _die_with_parent()
+    serve(args.address, args.port, args.rank, args.world_size, args.lane)
+
+
+if __name__ == "__main__":
+    main()
