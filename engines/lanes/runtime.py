@@ -171,7 +171,7 @@ class LaneGroup:
                 time.sleep(0.02)
         self.group = make_group(self.store, 0, self.world, spec.lanes[0], spec.hang_seconds * 10)
         device = torch.device(spec.lanes[0] if spec.lanes[0].startswith("cuda") else "cpu")
-        self.channel = Channel(self.group, self.hidden_size, self.dtype, device, self._failed)
+        self.channel = Channel(self.group, self.hidden_size, self.dtype, device, self._failed, list(range(1, self.world)))
         heartbeat(spec.address if not spec.spawn else "127.0.0.1", port, 0, self._stop)
         threading.Thread(target=self._monitor, args=(port,), name="lane-monitor", daemon=True).start()
         self._handshake()

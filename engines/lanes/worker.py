@@ -46,10 +46,6 @@ def _program(setup: dict):
 
 def serve(address: str, port: int, rank: int, world: int, lane: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it closes us
-    if lane.startswith("cpu"):
-        cores = usable_cores()
-        os.sched_setaffinity(0, {cores[int(lane[3:]) % len(cores)]})
-        torch.set_num_threads(1)
     store = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=60))
     setup = json.loads(store.get("setup"))
     stop = threading.Event()
@@ -60,8 +56,13 @@ def serve(address: str, port: int, rank: int, world: int, lane: str) -> None:
     def driver_gone(error: Exception):  # the driver closed or died: nothing left to serve
         os._exit(0)
 
+    if lane.startswith("cpu"):  # only the computing thread: message threads must not queue behind it
+        cores = usable_cores()
+        os.sched_setaffinity(0, {cores[int(lane[3:]) % len(cores)]})
+        torch.set_num_threads(1)
     device = torch.device(lane if lane.startswith("cuda") else "cpu")
-    channel = Channel(group, setup["hidden_size"], getattr(torch, setup["dtype"]), device, driver_gone)
+    channel = Channel(group, setup["hidden_size"], getattr(torch, setup["dtype"]), device, driver_gone,
+                      [peer for peer in range(world) if peer != rank])
     this = Lane(rank, lane, time.perf_counter)
     host = socket.gethostname()
     while True:
