@@ -279,12 +279,15 @@ class Engine:
                     streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:
         """Hand each event to the consumer with the run's clock stopped, so whatever the consumer does with
         it (render, print, sleep) is never timed as decoding."""
-        for event in self._run_events(method, ctx, temperature, streamer):
-            ctx.trace.hold()
-            try:
-                yield event
-            finally:
-                ctx.trace.release()
+        try:
+            for event in self._run_events(method, ctx, temperature, streamer):
+                ctx.trace.hold()
+                try:
+                    yield event
+                finally:
+                    ctx.trace.release()
+        finally:
+            ctx.trace.use_clock(None)  # a virtual-clock run that failed leaves the trace on the wall clock
 
     def _run_events(self, method, ctx: DecodeContext, temperature: float,
                     streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:

@@ -23,7 +23,7 @@ import torch
 from .decoding import DecodeContext, Transcript
 from .drafters.base import sample_draft_token
 from .kv_cache import KVCache
-from .lanes import Emit, Message, Recv, Send
+from .lanes import Emit, Lane, Message, Recv, Send
 from .layers import LayerStack
 from .sampling import Sampler
 from .trace import ActivationSend, Check, Flush, KvTruncate, Prefill, StageCompute
@@ -197,4 +197,5 @@ def stage_worker(lane, source: str, dtype: str, start: int, stop: int, rank: int
     stack = _stage_stack(source, dtype, start, stop, device, rank == n_stages - 1)
     piece = StagePiece(stack, start, stop, capacity)
     sampler = Sampler(temperature, top_p, seed, device)
-    return later_stage(lane, piece, rank, n_stages, sampler, lanes)
+    named = Lane(rank, lanes[rank], lane.now)  # events carry the driver's name for this lane
+    return later_stage(named, piece, rank, n_stages, sampler, lanes)

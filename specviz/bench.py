@@ -1,8 +1,9 @@
 """``specviz bench``: every method on the same prompts, model, dtype and machine, in one run.
 
 Methods are written ``name`` or ``name(option=value,...)``, e.g. ``sps(draft_layers=4,gamma=5)``;
-``instrument=false`` turns detailed tracing off (to measure its overhead). ``hf_ar`` and ``hf_pld``
-are Hugging Face ``generate`` on the same model. Runs are interleaved prompt by prompt, so slow drift
+``instrument=false`` turns detailed tracing off (to measure its overhead); ``threads=1`` runs the method
+on one core with one thread (``ar(threads=1)`` is the one-lane baseline that virtual-clock rows are
+compared with). ``hf_ar`` and ``hf_pld`` are Hugging Face ``generate`` on the same model. Runs are interleaved prompt by prompt, so slow drift
 of the machine's speed spreads over all methods alike; ``ar`` always runs, as the speedup denominator.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+from contextlib import nullcontext
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import zip_longest
@@ -22,10 +24,13 @@ from tqdm.auto import tqdm
 
 from engines import Engine, get_method
 from engines import weight_stream
+from engines.lanes import pinned
 
 from .hf_baselines import HF_METHODS, hf_generate
+from .pipeline import pipeline_metrics
 from .prompts import DEFAULT_PROMPTS, load_prompts
 from .sweep import draft_seconds
+from .theory import ppsd_tokens_per_s
 
 DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
                    "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
@@ -34,6 +39,7 @@ TRAINED_METHODS = {  # method → the shipped drafter it needs
     "sps(draft=eagle)": "eagle", "sps(draft=ss)": "ss", "eesd(exit_layer=8,head=norm)": "exit@8-norm",
     "eesd(exit_layer=8,head=layer)": "exit@8-layer", "eesd(exit_layer=15,head=norm)": "exit@15-norm",
     "eesd(exit_layer=3,head=cats)": "cats@3"}
+ONE_LANE_AR = "ar(threads=1)"  # the baseline of virtual-clock rows: one lane, measured for real
 _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
 
 
@@ -43,6 +49,7 @@ class MethodSpec:
     name: str
     options: dict = field(default_factory=dict)
     instrument: bool = True
+    threads: int | None = None  # None: the process's threads; 1: one core, one thread
 
 
 def _value(text: str):
@@ -83,6 +90,9 @@ def parse_method(spec: str) -> MethodSpec:
         key, value = item.split("=", 1)
         options[key.strip()] = _value(value)
     instrument = bool(options.pop("instrument", True))
+    threads = options.pop("threads", None)
+    if threads not in (None, 1):
+        raise ValueError(f"method spec {spec!r}: threads must be 1 (one core, one thread) or left out, got {threads!r}")
     if name in HF_METHODS:
         if options:
             raise ValueError(f"{name} takes no options, got {sorted(options)}")
@@ -93,7 +103,7 @@ def parse_method(spec: str) -> MethodSpec:
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)} for method {name!r}; "
                              f"allowed: {config.option_names()}")
-    return MethodSpec(spec.strip(), name, options, instrument)
+    return MethodSpec(spec.strip(), name, options, instrument, threads)
 
 
 class Tally:
@@ -108,9 +118,11 @@ class Tally:
         self.has_rounds = self.compared = False
         self.budgeted = False  # runs under a memory budget: flash traffic is summed too
         self.bytes_streamed = self.peak_resident_bytes = 0
+        self.clock = "wall"
+        self.pipeline = PipelineTally()
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
-            target_calls: int | None = None):
+            target_calls: int | None = None, events=None):
         """``stats`` from the engine's runs; Hugging Face's give only ``target_calls`` (τ but no α)."""
         self.new_tokens += new_tokens
         self.decode_seconds += decode_seconds
@@ -130,6 +142,9 @@ class Tally:
             self.draft_seconds += draft_seconds
             self.reached_by_position = _add_counts(self.reached_by_position, stats.reached_by_position)
             self.passed_by_position = _add_counts(self.passed_by_position, stats.passed_by_position)
+            self.clock = stats.clock
+            if events is not None:
+                self.pipeline.add(pipeline_metrics(events))
             if stats.peak_resident_bytes:
                 self.budgeted = True
                 self.bytes_streamed += stats.bytes_streamed
@@ -155,12 +170,60 @@ class Tally:
             "new_tokens": self.new_tokens,
             "decode_seconds": self.decode_seconds,
             "turns": self.turns,
+            "clock": self.clock,
             **(self.memory_summary() if self.budgeted else {}),
+            **({"pipeline": self.pipeline.summary(tps)} if self.pipeline.runs else {}),
         }
 
     def memory_summary(self) -> dict:
         return {"bytes_streamed": self.bytes_streamed, "peak_resident_bytes": self.peak_resident_bytes,
                 "bytes_per_token": self.bytes_streamed / self.new_tokens if self.new_tokens else 0.0}
+
+
+class PipelineTally:
+    """Pipelined runs' time accounts (:func:`specviz.pipeline.pipeline_metrics`), pooled over turns."""
+
+    def __init__(self):
+        self.runs = self.ticks = self.tokens = 0
+        self.span = self.message_bytes = 0.0
+        self.busy: dict[str, float] = defaultdict(float)
+        self.stage_seconds: dict[str, list[float]] = defaultdict(list)
+        self.message_seconds: list[float] = []
+        self.stages = 0
+        self.checks = self.accepted = 0
+        self.serial = False
+
+    def add(self, metrics: dict) -> None:
+        if not metrics:
+            return
+        self.runs += 1
+        self.serial = metrics["mode"] == "serial"
+        self.ticks += metrics["ticks"]
+        self.tokens += metrics["tokens"]
+        self.span += metrics["span"]
+        self.stages = metrics["stages"]
+        self.checks += metrics["checks"]
+        self.accepted += metrics["accepted"]
+        self.message_bytes += metrics["message_bytes_per_token"] * metrics["tokens"]
+        self.message_seconds.append(metrics["message_seconds"])
+        for lane, seconds in metrics["busy"].items():
+            self.busy[lane] += seconds
+        for lane, seconds in metrics["stage_seconds"].items():
+            self.stage_seconds[lane].append(seconds)
+
+    def summary(self, tokens_per_s: float) -> dict:
+        """Eq. 6 at the pooled α with one tick = the slowest stage's median compute + the message time."""
+        from statistics import median
+
+        alpha = self.accepted / self.checks if self.checks else 0.0
+        stage = {lane: median(values) for lane, values in self.stage_seconds.items()}
+        message = median(self.message_seconds)
+        eq6 = None if self.serial else ppsd_tokens_per_s(alpha, self.stages, max(stage.values()) + message)
+        return {"stages": self.stages, "alpha": alpha, "ticks_per_token": self.ticks / max(self.tokens, 1),
+                "tick_seconds": self.span / max(self.ticks, 1), "stage_seconds": stage,
+                "idle": {lane: 1 - busy / self.span for lane, busy in self.busy.items()},
+                "message_seconds": message, "message_bytes_per_token": self.message_bytes / max(self.tokens, 1),
+                "eq6_tokens_per_s": eq6, "of_eq6": tokens_per_s / eq6 if eq6 else None}
 
 
 def _add_counts(a: list[int], b: list[int]) -> list[int]:
@@ -213,13 +276,13 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
             messages: list[dict] = []
             for turn_index, turn in enumerate(prompt.turns):
                 messages.append({"role": "user", "content": turn})
-                ids, seconds, stats, drafting, calls = run_turn(engine, spec, list(messages), max_new_tokens,
-                                                                temperature, seed, memory)
+                ids, seconds, stats, drafting, calls, events = run_turn(engine, spec, list(messages), max_new_tokens,
+                                                                        temperature, seed, memory)
                 if spec.label == "ar":
                     ar_answers.append(ids)
                 equal = ids == ar_answers[turn_index] if temperature == 0 else None
                 for key in (prompt.category, "overall"):
-                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting, calls)
+                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting, calls, events)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
         if checkpoint and done < len(prompts):
@@ -245,9 +308,15 @@ def check_memory_budget(engine: Engine, specs: list[MethodSpec], memory: dict | 
 
 
 def summarise(tallies: dict[str, dict[str, "Tally"]], setup: dict) -> dict:
-    ar_rates = {k: t.new_tokens / t.decode_seconds for k, t in tallies["ar"].items()}
-    methods = {label: {key: tally.summary(ar_rates.get(key)) for key, tally in by_key.items()}
-               for label, by_key in tallies.items()}
+    """Speedups against ``ar``; a virtual-clock row's against ``ar(threads=1)`` (one lane's real speed),
+    never against wall-clock ``ar`` — or none if that row was not run."""
+    rates = {label: {k: t.new_tokens / t.decode_seconds for k, t in by_key.items()}
+             for label, by_key in tallies.items() if label in ("ar", ONE_LANE_AR)}
+    methods = {}
+    for label, by_key in tallies.items():
+        virtual = any(t.clock == "virtual" for t in by_key.values())
+        base = rates.get(ONE_LANE_AR, {}) if virtual else rates["ar"]
+        methods[label] = {key: tally.summary(base.get(key)) for key, tally in by_key.items()}
     return {"setup": setup, "methods": methods}
 
 
@@ -259,10 +328,12 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
                              "whole model resident")
         ids = engine.encode(prompt)
         out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
-        return out["token_ids"], out["decode_seconds"], None, 0.0, out["target_calls"]
-    result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                        instrument=spec.instrument, **(memory or {}), **spec.options)
-    return result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events), None
+        return out["token_ids"], out["decode_seconds"], None, 0.0, out["target_calls"], None
+    with pinned("cpu0") if spec.threads == 1 else nullcontext():
+        result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                            instrument=spec.instrument, **(memory or {}), **spec.options)
+    return (result.token_ids, result.stats.decode_seconds, result.stats, draft_seconds(result.events), None,
+            result.events)
 
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True,
@@ -294,18 +365,52 @@ def to_markdown(results: dict) -> str:
              "bonus/correction token; α = accepted ÷ drafted.", "",
              "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",
              "|---|---|---|---|---|---|---|"]
+    virtual = {label for label, m in methods.items() if m["overall"].get("clock") == "virtual"}
     for label, by_category in methods.items():
         o = by_category["overall"]
-        lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['tau'])} | "
-                     f"{_fmt(o['alpha'])} | {_fmt(o.get('draft_cost'))} | {_fmt(o['equals_ar'], '{:.0%}')} |")
+        if label not in virtual:
+            lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['tau'])} | "
+                         f"{_fmt(o['alpha'])} | {_fmt(o.get('draft_cost'))} | {_fmt(o['equals_ar'], '{:.0%}')} |")
+    if virtual:
+        lines += ["", "## clock=virtual", "", "Computed for real, one thread, stage after stage; the times are "
+                  "replayed on one clock per lane as if each lane had its own core (`engines/lanes/serial.py`). "
+                  f"Speedup is against `{ONE_LANE_AR}`, one lane's real speed — never against the wall-clock rows.",
+                  "", "| method (clock=virtual) | tokens/s | speedup | α | output = ar |", "|---|---|---|---|---|"]
+        for label in virtual:
+            o = methods[label]["overall"]
+            lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['alpha'])} | "
+                         f"{_fmt(o['equals_ar'], '{:.0%}')} |")
     categories = [c for c in next(iter(methods.values())) if c != "overall"]
     lines += ["", "## Per category: speedup (τ, α)", "",
               "| method | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]
     for label, by_category in methods.items():
         cells = [f"{_fmt(by_category[c]['speedup'])}× ({_fmt(by_category[c]['tau'])}, {_fmt(by_category[c]['alpha'])})"
                  for c in categories]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + position_table(methods) + memory_table(setup, methods)) + "\n"
+        lines.append(f"| {label}{' · clock=virtual' if label in virtual else ''} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + position_table(methods) + pipeline_table(methods) + memory_table(setup, methods)) + "\n"
+
+
+def pipeline_table(methods: dict) -> list[str]:
+    """Where pipelined runs spent their time, and Eq. 6 at their measured α and tick cost."""
+    rows = {label: m["overall"]["pipeline"] for label, m in methods.items() if "pipeline" in m["overall"]}
+    if not rows:
+        return []
+    lines = ["", "## Pipelines: where the time went (overall)", "",
+             "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, S if none is). "
+             "Stage ms: median compute per stage; idle: each lane's idle share of the decode time; message: median "
+             "wait from one stage's end to the next one's start on the same tick. Eq. 6 is "
+             "1 / (tick·(α + (1 − α)S)) with tick = slowest stage + message.", "",
+             "| method | clock | S | α | ticks/token | tick ms | stage ms | idle | message ms | bytes/token | "
+             "tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
+    for label, p in rows.items():
+        o = methods[label]["overall"]
+        stage = " / ".join(f"{v * 1e3:.1f}" for v in p["stage_seconds"].values())
+        idle = " / ".join(f"{v:.0%}" for v in p["idle"].values())
+        lines.append(f"| {label} | {o.get('clock', 'wall')} | {p['stages']} | {p['alpha']:.2f} | "
+                     f"{p['ticks_per_token']:.2f} | {p['tick_seconds'] * 1e3:.1f} | {stage} | {idle} | "
+                     f"{p['message_seconds'] * 1e3:.2f} | {p['message_bytes_per_token']:.0f} | {o['tokens_per_s']:.1f} | "
+                     f"{_fmt(p['eq6_tokens_per_s'], '{:.1f}')} | {_fmt(p['of_eq6'], '{:.0%}')} |")
+    return lines
 
 
 def memory_table(setup: dict, methods: dict) -> list[str]:

@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 
 from engines import METHODS, Engine, get_method, write_jsonl
+from engines.lanes import LaneError, LaneSpec
 from engines.model import DEFAULT_MODEL
 from engines.methods.base import int_or_auto
 from engines.trace import Commit, RunEnd
@@ -83,6 +84,22 @@ def build_parser() -> argparse.ArgumentParser:
         options.add_argument("--" + name.replace("_", "-"), dest=name, type=parse_bool if kind is bool else kind,
                              default=None)
 
+    gen.add_argument("--lane-address", default=None, metavar="HOST:PORT",
+                     help="ppsd mode=lanes: host the lanes' store at HOST:PORT and wait for workers started by hand "
+                          "(`specviz lane-worker`, on this or other machines) instead of spawning them here")
+
+    worker = commands.add_parser("lane-worker", help="serve as one lane of a driver's run (two-host runs; see docs/lanes.md)")
+    worker.add_argument("--address", required=True, help="the driver's host (its --lane-address)")
+    worker.add_argument("--port", type=int, required=True, help="the driver's port")
+    worker.add_argument("--rank", type=int, default=1, help="this lane's rank: 1 .. world-size − 1 (stage rank + 1)")
+    worker.add_argument("--world-size", type=int, default=2, help="lanes in all, the driver's included")
+    worker.add_argument("--lane", default="cpu0", help="cpuK (this host's K-th usable core) or cuda:K")
+
+    physics = commands.add_parser("lanes-physics", help="decode speed with 1 and all threads, and two 1-thread lanes "
+                                                         "side by side (what the parallel methods stand on)")
+    add_model_arguments(physics)
+    physics.add_argument("--out", default=None, help="also write the result as JSON to this file")
+
     bench = commands.add_parser("bench", help="benchmark methods on a Spec-Bench style prompt file")
     bench.add_argument("--prompts", default=None, help="JSON lines (question_id, category, turns); "
                                                        "default data/prompts.jsonl")
@@ -154,28 +171,38 @@ def generate_command(args) -> int:
     options = {name: getattr(args, name) for name in method_option_fields() if getattr(args, name) is not None}
     get_method(args.method)  # fail on a typo before spending seconds on loading the model
     engine = Engine.load(args.model, args.dtype, args.device)
-    stream = engine.generate(args.prompt, args.method, max_new_tokens=args.max_new_tokens,
-                             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                             **memory_arguments(args), **options)
+    if args.lane_address:
+        host, _, port = args.lane_address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--lane-address must be HOST:PORT, got {args.lane_address!r}")
+        engine.lane_spec = LaneSpec(address=host, port=int(port), spawn=False)
     events = []
-    for event in stream:
-        events.append(event)
-        if isinstance(event, Commit) and not args.json:
-            sys.stdout.write("".join(ansi(p, f) for p, f in zip(event.pieces, event.fates)))
-            sys.stdout.flush()
+    try:
+        stream = engine.generate(args.prompt, args.method, max_new_tokens=args.max_new_tokens,
+                                 temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                                 **memory_arguments(args), **options)
+        for event in stream:
+            events.append(event)
+            if isinstance(event, Commit) and not args.json:
+                sys.stdout.write("".join(ansi(p, f) for p, f in zip(event.pieces, event.fates)))
+                sys.stdout.flush()
+    finally:
+        engine.close()
     end: RunEnd = events[-1]
     if args.trace:
         write_jsonl(events, args.trace)
     s = end.stats
     budgeted = events[0].memory is not None
     if args.json:
-        keys = ("tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls", "new_tokens")
+        keys = ("tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls", "new_tokens", "clock")
         keys += MEMORY_STATS if budgeted else ()
         print(json.dumps({"method": args.method, "config": events[0].config, "token_ids": end.token_ids,
                           "text": end.text, "stats": {k: s[k] for k in keys}}))
     else:
         print(f"\n\n{s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, τ = {s['mean_accepted_length']:.2f}, "
-              f"α = {s['acceptance_rate']:.2f}, {s['target_calls']} target calls  "
+              f"α = {s['acceptance_rate']:.2f}, {s['target_calls']} target calls"
+              + ("  (clock=virtual: replayed from measured per-operation costs, not wall time)"
+                 if s.get("clock") == "virtual" else "") + "  "
               f"[{ansi('accepted', 'accepted')} {ansi('correction', 'correction')} {ansi('bonus', 'bonus')}]")
         if budgeted:
             print(f"memory budget: {s['bytes_streamed'] / 1e6:.1f} MB streamed, {s['bytes_per_token'] / 1e6:.2f} MB "
@@ -197,6 +224,7 @@ def bench_command(args) -> int:
     results = run_bench(engine, args.prompts or DEFAULT_PROMPTS, methods, args.max_new_tokens, args.temperature,
                         args.seed, args.limit, per_category=args.per_category,
                         checkpoint=lambda partial: write_results(partial, args.out), memory=memory)
+    engine.close()
     json_path, md_path = write_results(results, args.out)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")
@@ -328,7 +356,29 @@ def verify_cost_command(args) -> int:
     return 0
 
 
-COMMANDS = {"verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
+def lanes_physics_command(args) -> int:
+    from .lane_physics import measure, to_markdown
+
+    engine = Engine.load(args.model, args.dtype, args.device)
+    try:
+        result = measure(engine, args.max_new_tokens)
+    finally:
+        engine.close()
+    print(to_markdown(result))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def lane_worker_command(args) -> int:
+    from engines.lanes.worker import serve
+
+    serve(args.address, args.port, args.rank, args.world_size, args.lane)
+    return 0
+
+
+COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
             "agreement": agreement_command}
 
 
@@ -338,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, LaneError) as error:
         print(f"specviz: error: {error}", file=sys.stderr)
         return 2
 

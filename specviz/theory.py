@@ -12,6 +12,7 @@ Draft trees (EAGLE-2) extend the model with ranks: see the section "draft trees"
 from __future__ import annotations
 
 import heapq
+import math
 import json
 from pathlib import Path
 from typing import Callable, Sequence
@@ -148,3 +149,31 @@ def cats_speedup(tau: float, cycle_seconds: float, ar_token_seconds: float) -> f
 def bytes_per_token(bytes_per_cycle: float, tau: float) -> float:
     """The paper's BPT: weight bytes streamed per cycle over the tokens a cycle commits (β̄ + 1 = τ)."""
     return bytes_per_cycle / tau
+
+
+# --- PPSD (paper 003, methods.md §6.4) -----------------------------------------------------------
+def eesd_speedup(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
+    """Eq. 4: early-exit self-speculation drafting γ tokens from layer E of N, verifying with the rest,
+    ρ = (1 − α^{γ+1})·N / ((1 − α)(γE + N))."""
+    if alpha >= 1:
+        return (gamma + 1) * n_layers / (gamma * exit_layer + n_layers)
+    return (1 - alpha ** (gamma + 1)) * n_layers / ((1 - alpha) * (gamma * exit_layer + n_layers))
+
+
+def ppsd_speedup(alpha: float, exit_layer: int, n_layers: int, head_layers: float = 0.0) -> float:
+    """Eq. 6: ρ* = N / (αE + (1 − α)·⌈N/E⌉·E): an accepted token costs one tick of E layers, a rejected one
+    a whole pipeline of S = ⌈N/E⌉ ticks. ``head_layers`` h adds the exit head's cost to each tick in
+    layer-equivalents, the [derived] variant N / ((E + h)(α + (1 − α)S))."""
+    stages = math.ceil(n_layers / exit_layer)
+    return n_layers / ((exit_layer + head_layers) * (alpha + (1 - alpha) * stages))
+
+
+def ppsd_gain(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
+    """Eq. 7: λ = ρ*/ρ, PPSD over EESD at the same exit. At α = 1 this is (γ + N/E)/(γ + 1), not the
+    paper's stated γ + N/E (methods.md §6.4): the plots draw the formula."""
+    return ppsd_speedup(alpha, exit_layer, n_layers) / eesd_speedup(alpha, gamma, exit_layer, n_layers)
+
+
+def ppsd_tokens_per_s(alpha: float, stages: int, tick_seconds: float) -> float:
+    """Eq. 6 in time units: one token per tick when accepted, S ticks when rejected."""
+    return 1.0 / (tick_seconds * (alpha + (1 - alpha) * stages))

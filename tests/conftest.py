@@ -48,3 +48,15 @@ def real_engine() -> Engine:
 @pytest.fixture
 def tiny_engine() -> Engine:
     return Engine(tiny_llama(vocab=16, layers=3))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_lane_worker_outlives_the_suite():
+    """After every test has run, no lane worker process may be left (make test checks it, not just a test)."""
+    from tests.lane_processes import lane_workers
+
+    yield
+    left = lane_workers()
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"lane worker processes left behind: {left}"

@@ -74,3 +74,15 @@ def test_broken_residual_rule_is_caught(setup, monkeypatch):
     engine, dist = setup
     monkeypatch.setattr(verify, "residual_distribution", lambda p, q: p)
     assert chi_square_pvalue(engine, dist, "sps", gamma=2, draft="other") < 1e-6
+
+
+def test_ppsd_sampling_matches_target_distribution(setup):
+    """PPSD judges each draft on the last stage with min(1, p/q) against the exact q stage 1 shipped."""
+    engine, dist = setup
+    assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") > 0.001
+
+
+def test_ppsd_broken_residual_rule_is_caught(setup, monkeypatch):
+    engine, dist = setup
+    monkeypatch.setattr("engines.pipeline.residual_distribution", lambda p, q: p)
+    assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") < 1e-6

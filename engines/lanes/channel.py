@@ -82,7 +82,11 @@ class Channel:
     def _issue(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
         if self.device.type == "cuda":
             tensor = tensor.to(self.device)
-        self._sending.put((self.group.send([tensor], dst, tag if self.prepost else 0), tensor))
+        try:
+            work = self.group.send([tensor], dst, tag if self.prepost else 0)
+        except Exception as error:  # the peer is already gone
+            self.on_error(error)
+        self._sending.put((work, tensor))
 
     def _complete_sends(self) -> None:
         while True:
@@ -103,7 +107,10 @@ class Channel:
     # --- receiving -------------------------------------------------------------------------------
     def _post(self, src: int) -> None:
         frame = torch.empty(FRAME_BYTES, dtype=torch.uint8, device=self.device)
-        self._posted[src] = (self.group.recv([frame], src, FRAME_TAG), frame)
+        try:
+            self._posted[src] = (self.group.recv([frame], src, FRAME_TAG), frame)
+        except Exception as error:
+            self.on_error(error)
 
     def recv(self, src: int) -> Message:
         """The next message from ``src``."""
@@ -137,7 +144,11 @@ class Channel:
         return message
 
     def _recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
-        self.wait(self.group.recv([tensor], src, PAYLOAD_TAG if self.prepost else 0))
+        try:
+            work = self.group.recv([tensor], src, PAYLOAD_TAG if self.prepost else 0)
+        except Exception as error:
+            self.on_error(error)
+        self.wait(work)
         return tensor
 
     def wait(self, work) -> None:

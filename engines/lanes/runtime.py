@@ -90,19 +90,22 @@ def pinned(lane: str):
         torch.set_num_threads(threads)
 
 
-def heartbeat(address: str, port: int, rank: int, stop: threading.Event, period: float = 0.2) -> threading.Thread:
-    """A thread that counts up ``hb/<rank>`` in the store while this process runs (a stopped or hung
-    process stops counting)."""
+def heartbeat(address: str, port: int, rank: int, stop: threading.Event, period: float = 0.2,
+              parent: int | None = None) -> threading.Thread:
+    """A worker's thread that counts up ``hb/<rank>`` in the driver's store while the worker runs (a stopped
+    or hung process stops counting). When the store is gone, or the ``parent`` process, so is the driver,
+    and the worker exits."""
 
     def beat():
         try:
             client = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=10))
             while not stop.is_set():
+                if parent is not None and os.getppid() != parent:
+                    os._exit(4)
                 client.add(f"hb/{rank}", 1)
                 stop.wait(period)
-        except Exception:  # the driver (and its store) is gone: a worker has nothing left to serve
-            if rank != 0:
-                os._exit(3)
+        except Exception:
+            os._exit(3)
 
     thread = threading.Thread(target=beat, name=f"lane-heartbeat-{rank}", daemon=True)
     thread.start()
@@ -172,7 +175,6 @@ class LaneGroup:
         self.group = make_group(self.store, 0, self.world, spec.lanes[0], spec.hang_seconds * 10)
         device = torch.device(spec.lanes[0] if spec.lanes[0].startswith("cuda") else "cpu")
         self.channel = Channel(self.group, self.hidden_size, self.dtype, device, self._failed, list(range(1, self.world)))
-        heartbeat(spec.address if not spec.spawn else "127.0.0.1", port, 0, self._stop)
         threading.Thread(target=self._monitor, args=(port,), name="lane-monitor", daemon=True).start()
         self._handshake()
 

@@ -12,7 +12,6 @@ blocking (but watched) receives. Events it emits ride to the driver on its next 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import importlib
 import json
@@ -31,25 +30,20 @@ from .runtime import heartbeat, make_group, usable_cores
 from .serial import Lane
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker if the driver dies, however it dies."""
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def _program(setup: dict):
     module, _, function = setup["program"].partition(":")
     return getattr(importlib.import_module(module), function)
 
 
-def serve(address: str, port: int, rank: int, world: int, lane: str) -> None:
+def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int | None = None) -> None:
+    """``parent``: exit as soon as that process (the driver that spawned us) is gone, however it died.
+    (Not ``PR_SET_PDEATHSIG``: it fires when the spawning *thread* ends — after every rerun of a Streamlit
+    script.)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it closes us
     store = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=60))
     setup = json.loads(store.get("setup"))
     stop = threading.Event()
-    heartbeat(address, port, rank, stop)
+    heartbeat(address, port, rank, stop, parent=parent)
     store.set(f"ready/{rank}", str(os.getpid()))
     group = make_group(store, rank, world, lane, setup["hang_seconds"] * 10)
 
@@ -110,9 +104,8 @@ def main(argv=None) -> None:
     parser.add_argument("--lane", default="cpu0", help="cpuK (the K-th usable core of this host) or cuda:K")
     parser.add_argument("--die-with-parent", action="store_true", help="exit when the process that started us does")
     args = parser.parse_args(argv)
-    if args.die_with_parent:
-        _die_with_parent()
-    serve(args.address, args.port, args.rank, args.world_size, args.lane)
+    serve(args.address, args.port, args.rank, args.world_size, args.lane,
+          os.getppid() if args.die_with_parent else None)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ class Ppsd(Method):
         return {f"stage {i + 1} (layers {a}..{b - 1})": names[i]
                 for i, (a, b) in enumerate(stage_bounds(self.engine.target.n_layers, self.config.exit_layer))}
 
-    def _lane_names(self, ctx: DecodeContext) -> list[str]:
+    def _lane_names(self, ctx: DecodeContext | None) -> list[str]:
+        if self.config.mode == "lanes" and not self.engine.lane_spec.spawn:  # workers joined by hand, anywhere
+            return ["cpu0"] + [f"remote{rank}" for rank in range(1, self.n_stages)]
         if self.config.mode == "lanes":
             return list(default_lanes(self.n_stages, self.engine.device))
         return [f"{ctx.lane}/stage{i + 1}" for i in range(self.n_stages)]
@@ -88,7 +90,9 @@ class Ppsd(Method):
             if self.engine.memory_budget is not None:
                 raise ValueError("mode='lanes' runs stages in worker processes that hold their own weights; "
                                  "it cannot honour a memory budget (use mode='serial')")
-            default_lanes(self.n_stages, self.engine.device)  # ValueError naming virtual mode if too few
+            if self.engine.lane_spec.spawn:
+                default_lanes(self.n_stages, self.engine.device)  # ValueError naming virtual mode if too few
+            self.engine.lane_group(self._lane_names(None))  # workers start (once) before the run's clock does
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         engine, config = self.engine, self.config

@@ -1,0 +1,242 @@
+"""Lanes and PPSD: the same tokens in every mode, faults that surface instead of hanging, nothing left running.
+
+Tiny random models (their weights saved once for the workers) keep these fast; the real-model checks are
+at the end. Speed is never asserted here: ``specviz bench`` measures it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engines import Engine
+from engines.lanes import Emit, LaneClocks, LaneError, LaneSpec, Message, MessageCost, Recv, Send, run_serial
+from engines.lanes.runtime import PROJECT_ROOT
+from engines.trace import read_jsonl, write_jsonl
+from specviz.pipeline import gantt_rows, pipeline_metrics
+from specviz.theory import ppsd_gain, ppsd_speedup
+from tests.conftest import tiny_llama
+from tests.lane_processes import lane_workers
+
+PROMPT = [1, 5, 9, 3, 7]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3))
+    yield engine
+    engine.close()
+    assert lane_workers() == []
+
+
+def tokens(engine, mode, **options):
+    options = {"exit_layer": 2, "head": "none", **options}
+    return engine.run(PROMPT, "ppsd", max_new_tokens=24, mode=mode, **options).token_ids
+
+
+# --- the same tokens in every mode ----------------------------------------------------------------
+@pytest.mark.parametrize("exit_layer", [1, 2, 3])
+def test_serial_and_virtual_greedy_equal_ar(engine, exit_layer):
+    reference = engine.run(PROMPT, "ar", max_new_tokens=24).token_ids
+    assert tokens(engine, "serial", exit_layer=exit_layer) == reference
+    assert tokens(engine, "virtual", exit_layer=exit_layer) == reference
+
+
+def test_lanes_greedy_equal_ar_and_are_reused(engine):
+    reference = engine.run(PROMPT, "ar", max_new_tokens=24).token_ids
+    assert tokens(engine, "lanes") == reference
+    workers = lane_workers()
+    assert len(workers) == 1  # two stages: the driver is stage 1, one worker is stage 2
+    assert tokens(engine, "lanes") == reference
+    assert lane_workers() == workers  # the same worker served the second request
+
+
+def test_lanes_sampling_draws_what_serial_draws(engine):
+    """Each lane has its own seeded generator, so a seed gives the same sample in every mode (serial mode's
+    exactness is checked against the enumerated distribution in test_sampling_exact)."""
+    for seed in range(6):
+        options = {"temperature": 1.0, "top_p": 0.9, "seed": seed}
+        assert tokens(engine, "lanes", **options) == tokens(engine, "serial", **options)
+
+
+def test_events_tell_the_pipeline_story(engine):
+    result = engine.run(PROMPT, "ppsd", max_new_tokens=24, exit_layer=2, head="none", mode="lanes")
+    kinds = {e.kind for e in result.events}
+    assert {"stage_compute", "activation_send", "check", "commit"} <= kinds
+    lanes = {e.lane for e in result.events if e.kind == "stage_compute"}
+    assert lanes == {"cpu0", "cpu1"}
+    checks = [e for e in result.events if e.kind == "check"]
+    rejected = [c for c in checks if not c.accepted]
+    if rejected:  # a rejection makes in-flight work stale: flushed on the last stage, cut from stage 1's cache
+        assert "flush" in kinds and "kv_truncate" in kinds
+    metrics = pipeline_metrics(result.events)
+    assert metrics["stages"] == 2 and metrics["tokens"] == 23
+    assert 1.0 <= metrics["ticks_per_token"] <= 2.0  # 1 tick per accepted token, S = 2 per rejected one
+    assert all(0.0 <= idle < 1.0 for idle in metrics["idle"].values())
+    starts = [e.start for e in result.events if e.kind == "stage_compute"]
+    assert all(0.0 <= s <= result.events[-1].t for s in starts)  # worker times on the driver's clock
+    assert {r["fate"] for r in gantt_rows(result.events)} <= {"prefill", "accepted", "rejected", "flushed", "unused"}
+
+
+def test_trace_round_trips(engine, tmp_path):
+    result = engine.run(PROMPT, "ppsd", max_new_tokens=12, exit_layer=2, head="none", mode="virtual")
+    assert result.events[0].clock == "virtual" and result.stats.clock == "virtual"
+    write_jsonl(result.events, tmp_path / "run.jsonl")
+    replayed = read_jsonl(tmp_path / "run.jsonl")
+    assert pipeline_metrics(replayed) == pipeline_metrics(result.events)
+
+
+# --- virtual clocks --------------------------------------------------------------------------------
+def test_virtual_clocks_overlap_work_that_serial_mode_does_one_after_another():
+    """Two lanes each compute 20 ms per message in a two-message pipeline: serial wall time is the sum,
+    the virtual replay overlaps them (and adds the message cost)."""
+
+    def producer(lane):
+        for i in range(3):
+            time.sleep(0.02)
+            yield Send(1, Message("act", tick=i))
+        yield Emit(("producer done", lane.now()))
+
+    def consumer(lane):
+        for _ in range(3):
+            yield Recv(0)
+            time.sleep(0.02)
+        yield Emit(("consumer done", lane.now()))
+
+    from engines.lanes import Lane
+
+    wall = time.perf_counter
+    clocks = LaneClocks(2, wall, MessageCost(0.001, 1e9))
+    done = dict(run_serial({0: producer(Lane(0, "a", lambda: clocks.now(0))),
+                            1: consumer(Lane(1, "b", lambda: clocks.now(1)))}, clocks))
+    start = min(clocks.base)  # both started at the same instant
+    producer_end = done["producer done"] - start
+    consumer_end = done["consumer done"] - start
+    assert 0.055 < producer_end < 0.08  # three computes of its own
+    assert 0.075 < consumer_end < 0.10  # overlapped: 20 ms behind the producer plus 1 ms per message, not 120 ms
+
+
+# --- faults: surface within seconds, name the lane, leave nothing behind ---------------------------
+def stream_until_running(engine, **options):
+    stream = engine.generate(PROMPT, "ppsd", max_new_tokens=60, exit_layer=2, head="none", mode="lanes", **options)
+    for event in stream:
+        if event.kind == "commit" and event.round >= 2:
+            return stream
+    raise AssertionError("the run ended before the fault could be injected")
+
+
+@pytest.mark.parametrize("fault, expect", [(signal.SIGKILL, "killed by signal 9"), (signal.SIGSTOP, "stopped responding")])
+def test_a_failed_worker_raises_naming_its_lane(fault, expect):
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3))
+    try:
+        stream = stream_until_running(engine)
+        (worker,) = lane_workers()
+        os.kill(worker, fault)
+        started = time.monotonic()
+        with pytest.raises(LaneError, match=f"lane cpu1.*{expect}"):
+            for _ in stream:
+                time.sleep(0.001)  # a slow consumer: the run is still in flight when the fault hits
+        assert time.monotonic() - started < 5.0
+        assert lane_workers() == []
+        assert tokens(engine, "lanes") == engine.run(PROMPT, "ar", max_new_tokens=24).token_ids  # lanes restart
+    finally:
+        engine.close()
+    assert lane_workers() == []
+
+
+def test_abandoning_a_run_or_closing_the_engine_leaves_no_process():
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3))
+    stream = stream_until_running(engine)
+    assert len(lane_workers()) == 1
+    stream.close()  # the dashboard's stop button
+    assert lane_workers() == []
+    tokens(engine, "lanes")
+    assert len(lane_workers()) == 1
+    engine.close()
+    assert lane_workers() == []
+
+
+def test_a_worker_that_cannot_start_is_one_clear_error():
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3))
+    with pytest.raises(LaneError, match="lane cpuX .*while starting"):
+        engine.lane_group(["cpu0", "cpuX"])
+    assert lane_workers() == []
+
+
+def test_a_worker_started_by_hand_joins_like_one_on_another_host(engine):
+    """Two-host runs start `python -m engines.lanes.worker` on the other machine; here it is a local process."""
+    host = Engine(tiny_llama(vocab=64, layers=4, seed=3))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    host.lane_spec = LaneSpec(address="127.0.0.1", port=port, spawn=False)
+    worker = subprocess.Popen([sys.executable, "-m", "engines.lanes.worker", "--address", "127.0.0.1",
+                               "--port", str(port), "--rank", "1", "--world-size", "2", "--lane", "cpu1"],
+                              cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert tokens(host, "lanes") == tokens(engine, "serial")
+        host.close()  # sends the worker its shutdown
+        assert worker.wait(timeout=10) == 0
+    finally:
+        worker.kill()
+        host.close()
+
+
+# --- bad input -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("options, message", [
+    ({"exit_layer": 0}, "exit_layer must be in \\[1, 3\\]"),
+    ({"exit_layer": 4}, "exit_layer must be in \\[1, 3\\]"),
+    ({"exit_layer": 2, "stages": 3}, "stages=3 cannot be made from exit_layer=2 on 4 layers"),
+    ({"exit_layer": 1, "mode": "lanes"}, "needs 4 lanes but this machine has .*use mode='virtual'"),
+    ({"mode": "parallel"}, "mode must be one of"),
+    ({"head": "big"}, "head must be one of"),
+])
+def test_bad_options_fail_before_anything_starts(engine, options, message):
+    if "needs 4 lanes" in message and os.cpu_count() >= 4:
+        pytest.skip("this machine has four lanes")
+    before = lane_workers()
+    with pytest.raises(ValueError, match=message):
+        engine.generate(PROMPT, "ppsd", max_new_tokens=4, **{"head": "none", **options})
+    assert lane_workers() == before
+
+
+def test_a_head_that_was_never_trained_is_named(real_engine):
+    with pytest.raises(ValueError, match="no layer head at exit_layer=7; shipped: .*exit@15-layer"):
+        real_engine.generate("Hi", "ppsd", exit_layer=7, head="layer")
+
+
+# --- the paper's formulas --------------------------------------------------------------------------
+def test_eq6_reproduces_the_papers_sanity_check_and_eq7_is_plotted_as_derived():
+    assert ppsd_speedup(0.3226, 8, 32) == pytest.approx(1.31, abs=0.005)  # E = 8, N = 32 (methods.md §6.4)
+    gamma, exit_layer, n = 5, 8, 32
+    assert ppsd_gain(1.0, gamma, exit_layer, n) == pytest.approx((gamma + n / exit_layer) / (gamma + 1))
+
+
+# --- the real model ---------------------------------------------------------------------------------
+def test_real_model_ppsd_is_token_identical_to_ar_in_fp32(real_engine):
+    prompt = "Name three primary colors."
+    reference = real_engine.run(prompt, "ar", max_new_tokens=32).token_ids
+    try:
+        for mode in ("lanes", "serial"):
+            result = real_engine.run(prompt, "ppsd", max_new_tokens=32, exit_layer=15, head="layer", mode=mode)
+            assert result.token_ids == reference, mode
+            assert 0.0 < result.stats.acceptance_rate < 1.0
+    finally:
+        real_engine.close()
+    assert lane_workers() == []
+
+
+def test_a_stage_loads_only_its_own_layers(engine):
+    from engines.model import load_layers
+
+    model = load_layers(engine.lanes_source(), "float32", "cpu", range(2, 4), head=True)
+    real = {name.split(".")[2] for name, p in model.named_parameters() if p.device.type != "meta" and ".layers." in name}
+    assert real == {"2", "3"}
+    assert model.model.embed_tokens.weight.device.type == "meta"  # a later stage never embeds a token
+    assert model.lm_head.weight.device.type == "cpu"
