@@ -147,10 +147,15 @@ def load_layers(source: str | Path, dtype: str, device: str, layers: range, embe
     for file in sorted(source.glob("*.safetensors")):
         with safe_open(str(file), "pt") as weights:
             for key in weights.keys():
-                if any(key.startswith(prefix) for prefix in wanted) or (head and key == "model.embed_tokens.weight"):
+                tied = key in ("model.embed_tokens.weight", "lm_head.weight")  # tied weights are saved once,
+                if any(key.startswith(prefix) for prefix in wanted) or (tied and (head or embed)):  # under one name
                     tensors[key] = weights.get_tensor(key)
-    if head and "lm_head.weight" not in tensors:  # tied embeddings are saved once, under the embedding's name
+    if head and "lm_head.weight" not in tensors:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    if embed and "model.embed_tokens.weight" not in tensors:
+        tensors["model.embed_tokens.weight"] = tensors["lm_head.weight"]
+    if not head:
+        tensors.pop("lm_head.weight", None)
     if not embed:
         tensors.pop("model.embed_tokens.weight", None)
     for key, value in tensors.items():

@@ -76,13 +76,24 @@ def test_broken_residual_rule_is_caught(setup, monkeypatch):
     assert chi_square_pvalue(engine, dist, "sps", gamma=2, draft="other") < 1e-6
 
 
-def test_ppsd_sampling_matches_target_distribution(setup):
+@pytest.fixture(scope="module")
+def deep_setup():
+    """A target whose second layer really changes the output (its projections scaled up): the exit after
+    layer 1 then drafts from a different distribution (α ≈ 0.7, not 0.9), so a wrong rule shows."""
+    target = tiny_llama(vocab=8, layers=2, seed=1, logit_scale=4.0)
+    with torch.no_grad():
+        target.model.layers[1].mlp.down_proj.weight.mul_(8)
+        target.model.layers[1].self_attn.o_proj.weight.mul_(8)
+    return Engine(target), exact_distribution(target)
+
+
+def test_ppsd_sampling_matches_target_distribution(deep_setup):
     """PPSD judges each draft on the last stage with min(1, p/q) against the exact q stage 1 shipped."""
-    engine, dist = setup
+    engine, dist = deep_setup
     assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") > 0.001
 
 
-def test_ppsd_broken_residual_rule_is_caught(setup, monkeypatch):
-    engine, dist = setup
+def test_ppsd_broken_residual_rule_is_caught(deep_setup, monkeypatch):
+    engine, dist = deep_setup
     monkeypatch.setattr("engines.pipeline.residual_distribution", lambda p, q: p)
     assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") < 1e-6

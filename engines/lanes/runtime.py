@@ -73,15 +73,25 @@ def default_lanes(n: int, device: str = "cpu") -> tuple[str, ...]:
     return tuple(f"cuda:{i}" for i in range(n)) if device.startswith("cuda") else tuple(f"cpu{i}" for i in range(n))
 
 
+def lane_core(lane: str) -> int | None:
+    """The core a ``cpuK`` lane runs on (the K-th usable one, wrapping around); ``None`` for ``cuda:K``."""
+    if lane.startswith("cuda:") and lane[5:].isdigit():
+        return None
+    if not (lane.startswith("cpu") and lane[3:].isdigit()):
+        raise ValueError(f"a lane is 'cpuK' or 'cuda:K', got {lane!r}")
+    cores = usable_cores()
+    return cores[int(lane[3:]) % len(cores)]
+
+
 @contextmanager
 def pinned(lane: str):
     """This thread on the lane's core with one torch thread, for the length of a run."""
-    if not lane.startswith("cpu"):
+    core = lane_core(lane)
+    if core is None:
         yield
         return
     before, threads = os.sched_getaffinity(0), torch.get_num_threads()
-    cores = usable_cores()
-    os.sched_setaffinity(0, {cores[int(lane[3:]) % len(cores)]})
+    os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     try:
         yield
@@ -251,7 +261,7 @@ class LaneGroup:
 
     def _failed(self, error: Exception):
         """A message failed: say which lane, and why if the monitor knows."""
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 2.0
         while self._fault is None and time.monotonic() < deadline:  # let the monitor see the exit
             for rank, process in self.processes.items():
                 if process.poll() is not None:

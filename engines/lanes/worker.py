@@ -26,8 +26,10 @@ import torch.distributed as dist
 
 from .channel import Channel
 from .messages import Emit, LaneError, Message, Recv, Send
-from .runtime import heartbeat, make_group, usable_cores
+from .runtime import heartbeat, lane_core, make_group
 from .serial import Lane
+
+IDLE_FOREVER = 30 * 24 * 3600.0  # seconds
 
 
 def _program(setup: dict):
@@ -40,19 +42,21 @@ def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int
     (Not ``PR_SET_PDEATHSIG``: it fires when the spawning *thread* ends — after every rerun of a Streamlit
     script.)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it closes us
+    core = lane_core(lane)  # a bad lane name fails here, before joining: the driver reports it while starting
     store = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=60))
     setup = json.loads(store.get("setup"))
     stop = threading.Event()
-    heartbeat(address, port, rank, stop, parent=parent)
+    heartbeat(address, port, rank, stop, min(0.2, setup["hang_seconds"] / 4), parent)
     store.set(f"ready/{rank}", str(os.getpid()))
-    group = make_group(store, rank, world, lane, setup["hang_seconds"] * 10)
+    # a worker waits as long as the driver likes between requests: no transport timeout (a dead driver
+    # closes the connection, which fails the wait at once; the heartbeat thread watches the parent too)
+    group = make_group(store, rank, world, lane, IDLE_FOREVER)
 
     def driver_gone(error: Exception):  # the driver closed or died: nothing left to serve
         os._exit(0)
 
-    if lane.startswith("cpu"):  # only the computing thread: message threads must not queue behind it
-        cores = usable_cores()
-        os.sched_setaffinity(0, {cores[int(lane[3:]) % len(cores)]})
+    if core is not None:  # only the computing thread: message threads must not queue behind it
+        os.sched_setaffinity(0, {core})
         torch.set_num_threads(1)
     device = torch.device(lane if lane.startswith("cuda") else "cpu")
     channel = Channel(group, setup["hidden_size"], getattr(torch, setup["dtype"]), device, driver_gone,
