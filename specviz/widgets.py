@@ -421,3 +421,33 @@ def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, fl
         run()
     return W.VBox([prompt_box, W.HBox([W.VBox(list(controls.values())), W.VBox([*budget.values(), button])]),
                    cards, status, plots])
+
+
+# --- PPSD (paper 003) -------------------------------------------------------------------------------
+def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int = 5, n_layers: int = 30) -> W.VBox:
+    """Sliders α, E and γ → PPSD's ρ* (Eq. 6), EESD's ρ (Eq. 4) and their ratio λ (Eq. 7), with both curves
+    against α (:func:`specviz.ppsd_views.formula_figure`): how a rejection's cost (a whole pipeline of
+    S = ⌈N/E⌉ ticks) sets PPSD's speedup, and why EESD's long drafts do not pay."""
+    from .ppsd_views import formula_figure, formula_readout
+
+    sliders = dict(
+        alpha=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="α (acceptance)"),
+        exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="E (exit layer)"),
+        gamma=W.IntSlider(value=gamma, min=1, max=16, description="γ (EESD drafts)"),
+    )
+    for slider in sliders.values():
+        slider.style.description_width = "110px"
+        slider.layout.width = "380px"
+    readout, plot = W.HTML(), W.Output()
+
+    def redraw(_change=None):
+        values = {name: s.value for name, s in sliders.items()}
+        readout.value = formula_readout(**values, n_layers=n_layers)
+        with plot:
+            plot.clear_output(wait=True)
+            display(formula_figure(**values, n_layers=n_layers))
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])

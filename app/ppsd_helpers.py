@@ -1,0 +1,171 @@
+"""The PPSD page's logic, kept out of the page so it can be tested without Streamlit.
+
+What the page offers (the shipped exit heads, the modes this machine can run), the options each run gets,
+when the live Gantt redraws, and the headline numbers with their help texts. Every number from a
+``mode="virtual"`` run carries ``clock=virtual`` in its label.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Mapping, Sequence
+
+from engines.drafters.trained import available
+from engines.pipeline import stage_count
+from engines.trace import Event
+from specviz.pipeline import pipeline_metrics
+from specviz.ppsd_views import VIRTUAL, measured_point, run_end, run_start
+from specviz.theory import ppsd_speedup
+
+HEADS = ("layer", "norm")
+HEAD_LABELS = {"layer": "layer: one transformer layer + norm + LM head", "norm": "norm: RMSNorm + projection + LM head"}
+MODES = ("lanes", "serial", "virtual")
+MODE_LABELS = {"lanes": "lanes: one process per stage, each on its own core (real parallel)",
+               "serial": "serial: the same schedule in one process, stage after stage (the 'before')",
+               "virtual": f"virtual: serial compute replayed on one clock per lane ({VIRTUAL})"}
+EESD_GAMMA = 5
+_EXIT_NAME = re.compile(r"^exit@(\d+)-(\w+)$")
+
+
+def shipped_exits(head: str, names: Sequence[str] | None = None) -> list[int]:
+    """Exit layers with a shipped ``exit@E-{head}`` head (``names``: the drafters available; default: data/drafts)."""
+    found = []
+    for name in available() if names is None else names:
+        match = _EXIT_NAME.match(name)
+        if match and match.group(2) == head:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def default_exit(exits: Sequence[int], preferred: int = 15) -> int:
+    return preferred if preferred in exits else exits[-1]
+
+
+def effective_mode(mode: str, stages: int, capacity: int) -> tuple[str, str | None]:
+    """The mode a run can use here, and why it differs from the one asked for: ``lanes`` needs one core per
+    stage; with fewer, the same schedule runs on a virtual clock (labelled so) instead."""
+    if mode != "lanes" or capacity >= stages:
+        return mode, None
+    return "virtual", (f"mode=lanes needs S = {stages} lanes (one core per stage) but this machine has {capacity}. "
+                       f"The run uses **virtual** mode instead: the same schedule computed serially and replayed on "
+                       f"one clock per lane, every number labelled {VIRTUAL}. Pick E ≥ the exit that gives "
+                       f"S ≤ {capacity} stages for a real parallel run.")
+
+
+def stages_caption(n_layers: int, exit_layer: int, capacity: int) -> str:
+    stages = stage_count(n_layers, exit_layer)
+    return (f"S = ⌈N/E⌉ = ⌈{n_layers}/{exit_layer}⌉ = {stages} stages · this machine has {capacity} lane"
+            f"{'s' if capacity != 1 else ''} for mode=lanes")
+
+
+def ppsd_options(exit_layer: int, head: str, mode: str) -> dict:
+    return {"exit_layer": exit_layer, "head": head, "mode": mode}
+
+
+def eesd_options(exit_layer: int, head: str, gamma: int = EESD_GAMMA) -> dict:
+    """EESD at the same exit and head as the PPSD run: the paper's comparison (Figure 2, Table 1)."""
+    return {"gamma": gamma, "exit_layer": exit_layer, "head": head}
+
+
+def run_plan(exit_layer: int, head: str, mode: str, compare: bool) -> dict[str, tuple[str, dict]]:
+    """Display name → (method, options) for one press of Run: ar and eesd first when comparing (the figure
+    reads top-down as the paper's Figure 2), PPSD last."""
+    plan: dict[str, tuple[str, dict]] = {}
+    if compare:
+        plan["ar"] = ("ar", {})
+        plan[f"eesd γ={EESD_GAMMA}"] = ("eesd", eesd_options(exit_layer, head))
+    plan[f"ppsd {mode}"] = ("ppsd", ppsd_options(exit_layer, head, mode))
+    return plan
+
+
+def needs_warmup(method: str, options: dict) -> bool:
+    """A lanes run counts the start of its worker processes (and their loading of layers) as its own time;
+    a 1-token run first makes the measured run find them ready (later runs reuse them at no cost)."""
+    return method == "ppsd" and options.get("mode") == "lanes"
+
+
+def pin_to_one_core(method: str, options: dict, one_core: bool) -> bool:
+    """Whether a run should be held to one core and one thread (``engines.lanes.pinned``): every run but PPSD's
+    lanes and virtual modes, which place their own stages, when the page compares per lane (each PPSD stage
+    gets one core; so do ar, eesd and the serial schedule). Two torch threads on a machine whose other core is
+    busy can also run many times slower than one."""
+    return one_core and not (method == "ppsd" and options.get("mode") in ("lanes", "virtual"))
+
+
+class LiveThrottle:
+    """When the live Gantt redraws: at most every ``seconds`` of real time, so drawing (which stops the run's
+    clock but not the other lanes' worker processes) stays a small share of the run."""
+
+    def __init__(self, seconds: float = 0.4, clock=time.perf_counter):
+        self.seconds, self.clock = seconds, clock
+        self.last = -float("inf")
+
+    def due(self) -> bool:
+        now = self.clock()
+        if now - self.last >= self.seconds:
+            self.last = now
+            return True
+        return False
+
+
+# --- the numbers ---------------------------------------------------------------------------------
+METRIC_HELP = {
+    "tok/s": "New tokens per second of decoding (prefill excluded). For a virtual run the seconds are the "
+             "replayed per-lane clock, not wall time.",
+    "α (acceptance)": "Accepted drafts ÷ drafts the last stage judged (Leviathan's per-token α).",
+    "ticks / token": "Stage-1 steps per committed token: 1 if every draft is accepted, S if none is.",
+    "idle per lane": "Each lane's share of the decode span spent waiting: the Gantt's gaps.",
+    "message overhead": "Median wait from one stage finishing to the next starting on the same tick (transfer + "
+                        "wake-up), and activation bytes sent per committed token.",
+    "Eq. 6 tok/s vs measured": "Eq. 6 in time units, 1 / (tick·(α + (1 − α)·S)), with the tick = the slowest "
+                               "stage's median compute + the message time, at the measured α; then the measured "
+                               "tok/s. — for a serial run: its stages never overlap, so Eq. 6 does not apply.",
+    "ρ* (Eq. 6) vs measured speedup": "Eq. 6's speedup N / (αE + (1 − α)·S·E) at the measured α; then the "
+                                      "measured tok/s ÷ ar's on the same prompt (with 'also run ar and eesd').",
+}
+
+
+def labelled(label: str, clock: str) -> str:
+    return f"{label} · {VIRTUAL}" if clock == "virtual" else label
+
+
+def metric_values(events: Sequence[Event], n_layers: int, ar_events: Sequence[Event] | None = None) -> dict[str, str]:
+    """The PPSD run's headline numbers, formatted, keyed by label (``· clock=virtual`` added to every label of a
+    virtual run); :data:`METRIC_HELP` explains each (look a label up with :func:`help_for`)."""
+    start, end = run_start(events), run_end(events)
+    metrics = pipeline_metrics(events)
+    clock = start.clock if start is not None else "wall"
+    point = measured_point(events, ar_events)
+    rho = ppsd_speedup(point["alpha"], point["exit_layer"], n_layers)
+    values = {"tok/s": f"{end.stats['tokens_per_s']:.1f}", "α (acceptance)": f"{point['alpha']:.2f}"}
+    if metrics:
+        values["ticks / token"] = f"{metrics['ticks_per_token']:.2f}" if metrics["ticks_per_token"] else "—"
+        values["idle per lane"] = " · ".join(f"{100 * v:.0f}%" for v in metrics["idle"].values())
+        values["message overhead"] = (f"{1e3 * metrics['message_seconds']:.2f} ms · "
+                                      f"{(metrics['message_bytes_per_token'] or 0) / 1e3:.1f} kB/tok")
+        eq6 = metrics.get("eq6_tokens_per_s")  # None for a serial run: its stages never overlap
+        values["Eq. 6 tok/s vs measured"] = f"{'—' if eq6 is None else f'{eq6:.1f}'} vs {metrics['tokens_per_s']:.1f}"
+    measured = "—" if point["speedup"] is None else f"{point['speedup']:.2f}×"
+    values["ρ* (Eq. 6) vs measured speedup"] = f"{rho:.2f}× vs {measured}"
+    return {labelled(label, clock): value for label, value in values.items()}
+
+
+def help_for(label: str) -> str:
+    return METRIC_HELP[label.removesuffix(f" · {VIRTUAL}")]
+
+
+def run_caption(events: Sequence[Event], n_layers: int) -> str:
+    """What ran where, in a line: the stages and their lanes, the clock, the tokens."""
+    start, end = run_start(events), run_end(events)
+    config = start.config
+    stages = " · ".join(f"{role} on {lane}" for role, lane in start.lanes.items())
+    clock = (f"**{VIRTUAL}**: per-lane times replayed from measured per-operation costs, not wall time"
+             if start.clock == "virtual" else "wall clock")
+    return (f"ppsd(exit_layer={config['exit_layer']}, head={config['head']}, mode={config['mode']}) · N = {n_layers} "
+            f"· {stages} · {clock} · {end.stats['new_tokens']} new tokens ({end.stop_reason}) · greedy")
+
+
+def gantt_runs(runs: Mapping[str, dict]) -> dict[str, list[Event]]:
+    """Display name → events for every finished run of one press of Run (the Gantt's input)."""
+    return {name: run["events"] for name, run in runs.items()}
