@@ -68,12 +68,18 @@ def eesd_options(exit_layer: int, head: str, gamma: int = EESD_GAMMA) -> dict:
     return {"gamma": gamma, "exit_layer": exit_layer, "head": head}
 
 
+ONE_LANE_AR = "ar (one core)"  # the baseline of a virtual-clock run: one lane's real speed
+
+
 def run_plan(exit_layer: int, head: str, mode: str, compare: bool) -> dict[str, tuple[str, dict]]:
     """Display name → (method, options) for one press of Run: ar and eesd first when comparing (the figure
-    reads top-down as the paper's Figure 2), PPSD last."""
+    reads top-down as the paper's Figure 2), PPSD last. A virtual run is compared with ``ar`` on one core
+    (:data:`ONE_LANE_AR`), never with a multi-threaded wall-clock one."""
     plan: dict[str, tuple[str, dict]] = {}
     if compare:
         plan["ar"] = ("ar", {})
+        if mode == "virtual":
+            plan[ONE_LANE_AR] = ("ar", {})
         plan[f"eesd γ={EESD_GAMMA}"] = ("eesd", eesd_options(exit_layer, head))
     plan[f"ppsd {mode}"] = ("ppsd", ppsd_options(exit_layer, head, mode))
     return plan

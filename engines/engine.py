@@ -298,7 +298,7 @@ class Engine:
             device=self.device, dtype=self.dtype, lanes=method.lanes(ctx),
             lossless=method.lossless, prompt_tokens=len(ctx.prompt_ids), max_new_tokens=ctx.max_new_tokens,
             temperature=temperature, memory=streamer.describe() if streamer is not None else None,
-            clock=method.clock))
+            clock=method.clock, threads=torch.get_num_threads()))
         token_ids: list[int] = []
         stop_reason = "max_new_tokens"
         steps = method.decode(ctx)

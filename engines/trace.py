@@ -48,6 +48,7 @@ class RunStart(Event):
     schema: int = SCHEMA_VERSION
     memory: dict | None = None  # the memory budget the run honoured (engines.weight_stream); None = none
     clock: str = "wall"  # "virtual": times replayed from measured per-operation costs (engines.lanes.serial)
+    threads: int | None = None  # torch threads of the driving process (1 = one lane's speed, a virtual run's baseline)
 
 
 @dataclass

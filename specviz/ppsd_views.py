@@ -189,15 +189,33 @@ def gantt_bar_count(fig: go.Figure) -> int:
 
 
 # --- the numbers ----------------------------------------------------------------------------------
+def comparable(events: Sequence[Event], baseline: Sequence[Event] | None) -> bool:
+    """Whether ``baseline`` may divide ``events``' speed: a wall-clock run against any wall-clock run, a
+    virtual-clock run only against one that ran on one thread (one lane's real speed) — never a replayed
+    clock against a multi-threaded wall-clock one."""
+    start, base = run_start(events), run_start(baseline) if baseline is not None else None
+    if start is None or base is None or base.clock == "virtual":
+        return False
+    return start.clock != "virtual" or base.threads == 1
+
+
+def baseline_for(events: Sequence[Event], runs: Mapping[str, Sequence[Event]]) -> Sequence[Event] | None:
+    """The ``ar`` run among ``runs`` that ``events`` is compared with: for a wall-clock run the one with the
+    most threads (ar at its fastest), for a virtual run the one-thread one; ``None`` if there is none."""
+    candidates = [r for r in runs.values() if (run_start(r) is not None and run_start(r).method == "ar"
+                                               and run_end(r) is not None and comparable(events, r))]
+    return max(candidates, key=lambda r: run_start(r).threads or 0, default=None)
+
+
 def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = None, label: str | None = None) -> dict:
     """One finished run as a point for the formula figures: its method, exit layer, head, α (accepted ÷
     draft positions the target judged), tokens/s, speedup over ``baseline`` (an ``ar`` run of the same
-    prompt; None without one) and clock."""
+    prompt; None without one, or if the two clocks cannot be compared: see :func:`comparable`) and clock."""
     start, end = run_start(events), run_end(events)
     if start is None or end is None:
         raise ValueError("measured_point needs a finished run (RunStart … RunEnd)")
     speedup = None
-    if baseline is not None:
+    if baseline is not None and comparable(events, baseline):
         base = run_end(baseline)
         if base is not None and base.stats.get("tokens_per_s"):
             speedup = end.stats["tokens_per_s"] / base.stats["tokens_per_s"]
@@ -208,16 +226,17 @@ def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = N
             "label": clock_label(label or start.method, events)}
 
 
-def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baseline: str | None = "ar") -> list[dict]:
+def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baseline: str | None = "auto") -> list[dict]:
     """A row per run with what the pipeline did (:func:`specviz.pipeline.pipeline_metrics`) and Eq. 6 beside
-    it: measured tokens/s against Eq. 6 at the measured α and tick, and (given a ``baseline`` run among
-    ``runs``) measured speedup against ρ*(α, E) of Eq. 6. Single-lane runs fill only what they have."""
-    base = runs.get(baseline) if baseline else None
+    it: measured tokens/s against Eq. 6 at the measured α and tick, and measured speedup against ρ*(α, E)
+    of Eq. 6 — over the run named ``baseline``, or with ``"auto"`` over :func:`baseline_for` (a virtual run
+    over one-thread ``ar``); ``None``: no speedups. Single-lane runs fill only what they have."""
     rows = []
     for name, events in runs.items():
         start, end = run_start(events), run_end(events)
         if start is None or end is None:
             continue
+        base = baseline_for(events, runs) if baseline == "auto" else runs.get(baseline) if baseline else None
         point = measured_point(events, base)
         row = {"run": clock_label(name, events), "clock": start.clock, "tok/s": end.stats["tokens_per_s"],
                "speedup vs ar": point["speedup"], "α": point["alpha"] if start.method != "ar" else None}

@@ -139,7 +139,8 @@ def test_helpers():
     assert mode == "virtual" and "S = 5" in why and "clock=virtual" in why
     assert ph.effective_mode("serial", 10, 1) == ("serial", None)
     plan = ph.run_plan(6, "norm", "virtual", compare=True)
-    assert plan == {"ar": ("ar", {}), "eesd γ=5": ("eesd", {"gamma": 5, "exit_layer": 6, "head": "norm"}),
+    assert plan == {"ar": ("ar", {}), ph.ONE_LANE_AR: ("ar", {}),
+                    "eesd γ=5": ("eesd", {"gamma": 5, "exit_layer": 6, "head": "norm"}),
                     "ppsd virtual": ("ppsd", {"exit_layer": 6, "head": "norm", "mode": "virtual"})}
     assert list(ph.run_plan(15, "layer", "lanes", compare=False)) == ["ppsd lanes"]
     now = [0.0]

@@ -11,6 +11,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from engines import Engine
 from engines.lanes import MessageCost
@@ -258,3 +259,24 @@ def test_formula_explorer_builds():
     sliders = box.children[0].children[0].children
     sliders[1].value = 5  # E
     assert f"{ppsd_speedup(0.7, 5, 30):.2f}×" in readout.value
+
+
+def test_a_virtual_run_is_compared_with_one_lane_never_with_a_multithreaded_wall_clock(engine, virtual):
+    from engines.lanes import pinned
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        everywhere = engine.run(PROMPT, "ar", max_new_tokens=24).events
+    finally:
+        torch.set_num_threads(threads)
+    with pinned("cpu0"):
+        one_lane = engine.run(PROMPT, "ar", max_new_tokens=24).events
+    assert pv.measured_point(virtual, everywhere)["speedup"] is None  # a replayed clock ÷ two threads: refused
+    assert pv.measured_point(virtual, one_lane)["speedup"] is not None
+    runs = {"ar": everywhere, "ar (one core)": one_lane, "ppsd": virtual}
+    assert pv.baseline_for(virtual, runs) is one_lane
+    assert pv.baseline_for(everywhere, runs) is everywhere  # a wall-clock run: ar at its fastest
+    rows = {r["run"].split(" [")[0]: r for r in pv.run_metrics_rows(runs, N_LAYERS)}
+    one_lane_speed = one_lane[-1].stats["tokens_per_s"]
+    assert rows["ppsd"]["speedup vs ar"] == pytest.approx(virtual[-1].stats["tokens_per_s"] / one_lane_speed)

@@ -40,9 +40,9 @@ from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
 from engines.pipeline import stage_count  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from specviz.pipeline import text_strip  # noqa: E402
-from specviz.ppsd_views import (FATE_COLOURS, FATE_LABELS, committed_strip, lane_gantt_figure,  # noqa: E402
-                                measured_point, one_token, run_metrics_rows, speedup_surface_figure, text_strip_html,
-                                text_strip_legend_html)
+from specviz.ppsd_views import (FATE_COLOURS, FATE_LABELS, baseline_for, committed_strip,  # noqa: E402
+                                lane_gantt_figure, measured_point, one_token, run_metrics_rows, run_start,
+                                speedup_surface_figure, text_strip_html, text_strip_legend_html)
 
 st.set_page_config(page_title="specviz — PPSD", page_icon="🚰", layout="wide")
 
@@ -86,9 +86,10 @@ with ppsd_box:
         st.warning(why)
     compare = st.checkbox(f"also run ar and eesd γ={ph.EESD_GAMMA} (same E and head)", value=False,
                           key="ppsd:compare", help="The paper's Figure 2: the three Gantts on one time axis.")
-    one_core = st.checkbox("one core per lane", value=True, key="ppsd:one_core",
+    one_core = st.checkbox("one core per lane", value=False, key="ppsd:one_core",
                            help="Run ar, eesd and the serial schedule on one core with one thread, as each PPSD "
-                                "stage runs: the Gantt then compares lane with lane. Off: they use every core.")
+                                "stage runs: the Gantt then compares lane with lane. Off (the fair comparison): "
+                                "they use every core, as they would in production.")
 
 with settings_box:
     st.header("Generation")
@@ -114,7 +115,8 @@ def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
                 status_area.caption("starting the lane workers (they load their layers once)…")
                 engine.run(prompt, method, max_new_tokens=1, **options)
             status_area.caption(f"running {name}…")
-            with pinned("cpu0") if ph.pin_to_one_core(method, options, one_core) else nullcontext():
+            one_lane = name == ph.ONE_LANE_AR or ph.pin_to_one_core(method, options, one_core)
+            with pinned("cpu0") if one_lane else nullcontext():
                 for event in engine.generate(prompt, method, max_new_tokens=max_new_tokens, **options):
                     events.append(event)
                     if throttle.due():
@@ -141,8 +143,7 @@ if generate:
 def show_metrics(record: dict) -> None:
     runs, main = record["runs"], record["main"]
     events = runs[main]["events"]
-    ar = runs.get("ar", {}).get("events")
-    values = ph.metric_values(events, record["n_layers"], ar)
+    values = ph.metric_values(events, record["n_layers"], baseline_for(events, ph.gantt_runs(runs)))
     for column, (label, value) in zip(st.columns(len(values)), values.items()):
         column.metric(label, value, help=ph.help_for(label))
     st.caption(ph.run_caption(events, record["n_layers"]))
@@ -165,9 +166,11 @@ def show_strip(record: dict) -> None:
 
 def show_theory(record: dict) -> None:
     runs = record["runs"]
-    if "ar" not in runs:
+    if not any(run["method"] == "ar" for run in runs.values()):
         return
-    points = [measured_point(r["events"], runs["ar"]["events"], name) for name, r in runs.items() if name != "ar"]
+    events = ph.gantt_runs(runs)
+    points = [measured_point(e, baseline_for(e, events), name) for name, e in events.items()
+              if run_start(e).method != "ar"]
     st.subheader("Where these runs sit on the paper's formulas")
     st.plotly_chart(speedup_surface_figure(record["n_layers"], ph.EESD_GAMMA, points), key="ppsd:surface")
 
