@@ -388,6 +388,24 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
     return fig
 
 
+def exit_points_from_bench(results: dict) -> list[dict]:
+    """Points for :func:`speedup_vs_exit_figure` from a recorded ``specviz bench`` run with ppsd rows (e.g.
+    ``data/bench/bf16/ppsd-exits/results.json``): each row's exit layer and head from its label, its overall
+    speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), α and clock."""
+    from .bench import parse_method
+
+    points = []
+    for label, by_category in results["methods"].items():
+        spec = parse_method(label)
+        if spec.name != "ppsd":
+            continue
+        overall = by_category["overall"]
+        points.append({"exit_layer": spec.options.get("exit_layer", 15), "head": spec.options.get("head", "layer"),
+                       "speedup": overall["speedup"], "alpha": overall["alpha"],
+                       "clock": overall.get("clock", "wall"), "label": label})
+    return points
+
+
 def formula_readout(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30) -> str:
     """Eq. 6, Eq. 4 and λ at one setting, as a line of HTML (the formula explorer's readout)."""
     stages = math.ceil(n_layers / exit_layer)

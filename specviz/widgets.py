@@ -84,17 +84,24 @@ def theory_explorer(alpha: float = 0.8, gamma: int = 5, cost_ratio: float = 0.1,
         gamma=W.IntSlider(value=gamma, min=1, max=max_gamma, description="γ (draft length)"),
         cost_ratio=W.FloatSlider(value=cost_ratio, min=0.0, max=1.0, step=0.01, description="c (draft cost)"),
     )
+    return slider_explorer(sliders, lambda values: (theory_readout(**values), [
+        theory_figure(**values, max_gamma=max_gamma, measured=measured)]), width="420px")
+
+
+def slider_explorer(sliders: dict, render, width: str = "380px") -> W.VBox:
+    """Sliders beside a readout, figures below, redrawn on every change: the shape of every formula explorer.
+    ``render(values)`` gets ``{name: slider value}`` and returns the readout's HTML and the figures to show."""
     for slider in sliders.values():
         slider.style.description_width = "110px"
-        slider.layout.width = "420px"
+        slider.layout.width = width
     readout, plot = W.HTML(), W.Output()
 
     def redraw(_change=None):
-        values = {name: s.value for name, s in sliders.items()}
-        readout.value = theory_readout(**values)
+        readout.value, figures = render({name: s.value for name, s in sliders.items()})
         with plot:
             plot.clear_output(wait=True)
-            display(theory_figure(**values, max_gamma=max_gamma, measured=measured))
+            for figure in figures:
+                display(figure)
 
     for slider in sliders.values():
         slider.observe(redraw, names="value")
@@ -294,24 +301,14 @@ def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk
         draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c (draft level)"),
         nodes=W.IntSlider(value=nodes, min=1, max=60, description="N (nodes sent)"),
     )
-    for slider in sliders.values():
-        slider.style.description_width = "110px"
-        slider.layout.width = "380px"
-    readout, plot = W.HTML(), W.Output()
 
-    def redraw(_change=None):
-        values = {name: s.value for name, s in sliders.items()}
-        readout.value = tree_theory_readout(coverage, curve=curve, **values)
+    def render(values: dict):
         probs = rank_probabilities(coverage, values["topk"])
-        with plot:
-            plot.clear_output(wait=True)
-            display(tree_budget_figure(probs, values["depth"], values["draft_cost"], curve, nodes=values["nodes"]))
-            display(verify_cost_figure(curve, highlight=values["nodes"] + 1))
+        return tree_theory_readout(coverage, curve=curve, **values), [
+            tree_budget_figure(probs, values["depth"], values["draft_cost"], curve, nodes=values["nodes"]),
+            verify_cost_figure(curve, highlight=values["nodes"] + 1)]
 
-    for slider in sliders.values():
-        slider.observe(redraw, names="value")
-    redraw()
-    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+    return slider_explorer(sliders, render)
 
 
 # --- CATS under a memory budget ----------------------------------------------------------------------
@@ -330,26 +327,15 @@ def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0,
         gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄ (drafts)"),
         sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="L_SV (resident)"),
     )
-    for slider in sliders.values():
-        slider.style.description_width = "110px"
-        slider.layout.width = "380px"
-    readout, plot = W.HTML(), W.Output()
 
-    def redraw(_change=None):
-        values = {name: s.value for name, s in sliders.items()}
+    def render(values: dict):
         if values["tau"] > values["gamma"] + 1:  # a cycle commits at most γ̄ + 1 tokens
             sliders["tau"].value = values["tau"] = float(values["gamma"] + 1)
         model = layer_time_model(layer_bytes, values["sv_layer"], values["tau"], values["gamma"], dm_layer,
                                  layer_seconds, head_seconds)
-        readout.value = cats_theory_readout(model, values["flash_mb_s"])
-        with plot:
-            plot.clear_output(wait=True)
-            display(cats_theory_figure(model, values["flash_mb_s"]))
+        return cats_theory_readout(model, values["flash_mb_s"]), [cats_theory_figure(model, values["flash_mb_s"])]
 
-    for slider in sliders.values():
-        slider.observe(redraw, names="value")
-    redraw()
-    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+    return slider_explorer(sliders, render)
 
 
 def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, flash_mb_s: float = 2000.0,
@@ -435,19 +421,5 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
         exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="E (exit layer)"),
         gamma=W.IntSlider(value=gamma, min=1, max=16, description="γ (EESD drafts)"),
     )
-    for slider in sliders.values():
-        slider.style.description_width = "110px"
-        slider.layout.width = "380px"
-    readout, plot = W.HTML(), W.Output()
-
-    def redraw(_change=None):
-        values = {name: s.value for name, s in sliders.items()}
-        readout.value = formula_readout(**values, n_layers=n_layers)
-        with plot:
-            plot.clear_output(wait=True)
-            display(formula_figure(**values, n_layers=n_layers))
-
-    for slider in sliders.values():
-        slider.observe(redraw, names="value")
-    redraw()
-    return W.VBox([W.HBox([W.VBox(list(sliders.values())), readout]), plot])
+    return slider_explorer(sliders, lambda values: (formula_readout(**values, n_layers=n_layers),
+                                                    [formula_figure(**values, n_layers=n_layers)]))

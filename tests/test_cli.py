@@ -32,7 +32,8 @@ def test_generate_json(tmp_path):
     assert out["method"] == "sps" and out["config"] == {"gamma": 3, "draft": "self", "draft_layers": 4, "full_vocab": False}
     assert 0 < out["stats"]["new_tokens"] == len(out["token_ids"]) <= 12
     assert set(out["stats"]) == {"tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls",
-                                 "new_tokens"}
+                                 "new_tokens", "clock"}
+    assert out["stats"]["clock"] == "wall"
     assert out["text"]
     kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end" and "draft_tree" in kinds

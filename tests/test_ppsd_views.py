@@ -280,3 +280,16 @@ def test_a_virtual_run_is_compared_with_one_lane_never_with_a_multithreaded_wall
     rows = {r["run"].split(" [")[0]: r for r in pv.run_metrics_rows(runs, N_LAYERS)}
     one_lane_speed = one_lane[-1].stats["tokens_per_s"]
     assert rows["ppsd"]["speedup vs ar"] == pytest.approx(virtual[-1].stats["tokens_per_s"] / one_lane_speed)
+
+
+def test_the_recorded_exit_sweep_becomes_points():
+    import json
+    from pathlib import Path
+
+    recorded = json.loads((Path(__file__).parents[1] / "data/bench/bf16/ppsd-exits/results.json").read_text())
+    points = pv.exit_points_from_bench(recorded)
+    assert {(p["exit_layer"], p["head"]) for p in points if p["clock"] == "virtual"} == {
+        (e, h) for e in (15, 10, 8, 6, 5, 3) for h in ("layer", "norm")}
+    assert all(p["speedup"] > 0 for p in points)
+    fig = pv.speedup_vs_exit_figure(points, n_layers=30)
+    assert any("clock=virtual" in (trace.name or "") for trace in fig.data)
