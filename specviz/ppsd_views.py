@@ -81,7 +81,7 @@ def run_lanes(events: Sequence[Event]) -> list[str]:
 
 
 def lane_stages(events: Sequence[Event]) -> dict[str, str]:
-    """Lane → what runs there (``stage 2 (layers 15..29)``), from RunStart's lane map."""
+    """Lane → what runs there (``stage 2 (layers 16..30)``), from RunStart's lane map."""
     start = run_start(events)
     lanes = start.lanes if start is not None and start.lanes else {}
     return {lane: role for role, lane in lanes.items() if role.startswith("stage")}

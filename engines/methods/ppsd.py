@@ -68,7 +68,7 @@ class Ppsd(Method):
 
     def lanes(self, ctx: DecodeContext) -> dict:
         names = self._lane_names(ctx)
-        return {f"stage {i + 1} (layers {a}..{b - 1})": names[i]
+        return {f"stage {i + 1} (layers {a + 1}..{b})": names[i]
                 for i, (a, b) in enumerate(stage_bounds(self.engine.target.n_layers, self.config.exit_layer))}
 
     def _lane_names(self, ctx: DecodeContext | None) -> list[str]:
