@@ -375,7 +375,7 @@ def lane_worker_command(args) -> int:
     from engines.lanes.worker import serve
 
     serve(args.address, args.port, args.rank, args.world_size, args.lane)
-    return 0
+    os._exit(0)  # as `python -m engines.lanes.worker` does: gloo's receives are still posted
 
 
 COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,

@@ -91,12 +91,19 @@ class Channel:
     def _complete_sends(self) -> None:
         while True:
             work, _tensor = self._sending.get()  # the tensor stays referenced until its send is done
+            if work is None:  # closed
+                self._sending.task_done()
+                return
             try:
                 work.wait()
             except Exception as error:
                 self._send_error = error
             finally:
                 self._sending.task_done()
+
+    def close(self) -> None:
+        """End the sender thread (after the sends already issued)."""
+        self._sending.put((None, None))
 
     def flush(self) -> None:
         """Wait until every message sent so far is out (the end of a request)."""

@@ -332,6 +332,8 @@ class LaneGroup:
             except Exception:
                 pass
         self._stop.set()
+        if self.channel is not None:
+            self.channel.close()
         for process in self.processes.values():
             try:
                 process.wait(timeout=2)

@@ -110,6 +110,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     serve(args.address, args.port, args.rank, args.world_size, args.lane,
           os.getppid() if args.die_with_parent else None)
+    os._exit(0)  # every send is out; tearing gloo down with receives still posted could only abort
 
 
 if __name__ == "__main__":
