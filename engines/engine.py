@@ -321,7 +321,6 @@ class Engine:
                 yield trace.emit(chunk)
         end = trace.now()
         stats = compute_stats(trace.events[first:], end_time=end)
-        trace.use_clock(None)  # a virtual-clock run ends here
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),
                                 stats=stats.to_dict(), stop_reason=stop_reason))
 

@@ -27,7 +27,7 @@ from .lanes import Emit, Lane, Message, Recv, Send
 from .layers import LayerStack
 from .sampling import Sampler
 from .trace import ActivationSend, Check, Flush, KvTruncate, Prefill, StageCompute
-from .verify import residual_distribution
+from .verify import judge_token
 
 DROPPED = -1  # a reply's flag for a stale message the last stage did not judge
 
@@ -174,13 +174,8 @@ def judge(logits: torch.Tensor, draft: int, q: torch.Tensor | None, sampler: Sam
     if sampler.greedy:
         target = int(logits.argmax())
         return target, target == draft
-    p = sampler.probs(logits[None])[0]
-    if q is None:
-        q = torch.nn.functional.one_hot(torch.tensor(draft), p.shape[-1]).to(p.dtype)
-    q = q.to(p.device)
-    if sampler.uniform() * float(q[draft]) < float(p[draft]):
-        return draft, True
-    return sampler.draw(residual_distribution(p, q)), False
+    correction = judge_token(draft, sampler.probs(logits[None])[0], q, sampler)
+    return (draft, True) if correction is None else (correction, False)
 
 
 @lru_cache(maxsize=4)

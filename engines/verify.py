@@ -43,13 +43,21 @@ def sample_chain(draft: list[int], draft_probs: torch.Tensor | None, target_prob
                  sampler: Sampler) -> Verdict:
     """``draft_probs`` ``[γ, V]`` is q at each draft position; ``None`` means point-mass proposals."""
     for i, token in enumerate(draft):
-        p = target_probs[i]
-        q = draft_probs[i] if draft_probs is not None else torch.nn.functional.one_hot(
-            torch.tensor(token, device=p.device), p.shape[-1]).to(p.dtype)
-        if sampler.uniform() * float(q[token]) < float(p[token]):  # u < p/q without dividing by zero
-            continue
-        return Verdict(i, sampler.draw(residual_distribution(p, q)), "correction")
+        correction = judge_token(token, target_probs[i], draft_probs[i] if draft_probs is not None else None, sampler)
+        if correction is not None:
+            return Verdict(i, correction, "correction")
     return Verdict(len(draft), sampler.draw(target_probs[len(draft)]), "bonus")
+
+
+def judge_token(token: int, p: torch.Tensor, q: torch.Tensor | None, sampler: Sampler) -> int | None:
+    """One draft token against the target: kept with probability min(1, p/q) (``None``), else the token
+    drawn from norm(max(p − q, 0)) in its place. ``q`` ``None`` is a point mass on ``token``."""
+    if q is None:
+        q = torch.nn.functional.one_hot(torch.tensor(token, device=p.device), p.shape[-1]).to(p.dtype)
+    q = q.to(p.device)
+    if sampler.uniform() * float(q[token]) < float(p[token]):  # u < p/q without dividing by zero
+        return None
+    return sampler.draw(residual_distribution(p, q))
 
 
 def verify_chain(draft: list[int], draft_probs: torch.Tensor | None, target_logits: torch.Tensor,

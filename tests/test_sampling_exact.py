@@ -95,5 +95,5 @@ def test_ppsd_sampling_matches_target_distribution(deep_setup):
 
 def test_ppsd_broken_residual_rule_is_caught(deep_setup, monkeypatch):
     engine, dist = deep_setup
-    monkeypatch.setattr("engines.pipeline.residual_distribution", lambda p, q: p)
+    monkeypatch.setattr(verify, "residual_distribution", lambda p, q: p)
     assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") < 1e-6
