@@ -49,6 +49,7 @@ class Engine:
         self.target.use_fp32_head(fp32_head)
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
+        self._draft_sources: dict[str, Path] = {}
         self._trained: dict[str, torch.nn.Module] = {}
         self._verify_cost: VerifyCost | None = None
         self._verify_cost_key = ""
@@ -162,6 +163,17 @@ class Engine:
                                  f"Hugging Face cache (nothing is downloaded): {error}") from None
             self.add_draft(name, loaded.model, loaded.tokenizer)
         return self._drafts[name]
+
+    def draft_source(self, name: str) -> Path:
+        """A directory a lane worker loads the registered draft ``name`` from: its own, or (a model built in
+        memory) its weights saved once to a temporary directory."""
+        if Path(name).is_dir():
+            return Path(name)
+        if name not in self._draft_sources:
+            folder = Path(tempfile.mkdtemp(prefix="specviz-lanes-draft-"))
+            self.draft_stack(name).model.save_pretrained(folder, safe_serialization=True)
+            self._draft_sources[name] = folder
+        return self._draft_sources[name]
 
     def trained_drafter(self, name: str) -> torch.nn.Module:
         """A drafter shipped in ``data/drafts`` (see :mod:`engines.drafters.trained`), loaded once."""

@@ -8,7 +8,9 @@ commits and the run's start and end are always emitted because the text and the 
 Schema versions: 1 — chains only; 2 — draft trees (nodes carry score, sibling rank and whether they were
 sent to verification; verifications carry each tried node's p, q and draw; commits their tree's depth).
 3 — lanes and pipelines (stage computes, activations sent, checks, flushes, KV truncations; the run's
-clock, ``wall`` or ``virtual``). Fields added after version 1 have defaults, so older traces still load and replay.
+clock, ``wall`` or ``virtual``). 4 — speculation on the verdict (Mirror-SD, SSD): early-exit messages, branch
+rollouts, speculation-cache builds and lookups, reuse decisions, backups, SAGUARO reweighting, lane messages.
+Fields added after version 1 have defaults, so older traces still load and replay.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass
@@ -221,12 +223,115 @@ class KvTruncate(Event):
     dropped: int
 
 
+@dataclass
+class LaneMessage(Event):
+    """A message between lanes (``t`` = sent, on the sender's clock): what it carried and its bytes on the wire."""
+
+    kind: ClassVar[str] = "lane_message"
+    lane: str
+    to_lane: str
+    what: str  # start | ee | verdict | window | end
+    round: int
+    bytes: int
+
+
+@dataclass
+class EeMessage(Event):
+    """Mirror-SD's early-exit message: the top-κ of the proxy p^(l_e) at each of the γ+1 verified positions."""
+
+    kind: ClassVar[str] = "ee_message"
+    round: int
+    exit_layer: int
+    ids: list  # [γ+1][κ] token ids, best first
+    logprobs: list  # [γ+1][κ] log p̃
+    bytes: int
+
+
+@dataclass
+class BranchRollout(Event):
+    """Every branch of a round decoded together as one tree on the draft lane: roots (k, token) and the
+    window each produced; ``steps`` draft forwards of ``rows`` tree rows each."""
+
+    kind: ClassVar[str] = "branch_rollout"
+    lane: str
+    round: int
+    roots: list  # [[k, token], ...]
+    windows: list  # the draft tokens rolled out after each root
+    steps: int
+    rows: list  # tree rows fed per step
+    start: float
+    end: float
+
+
+@dataclass
+class CacheBuild(Event):
+    """The speculation cache for the next round: entries ``[k, token, rank, q_draft(token)]`` and the fan-out."""
+
+    kind: ClassVar[str] = "cache_build"
+    round: int
+    entries: list
+    fanout: list  # F_k per accepted length k = 0..K
+    seconds: float
+
+
+@dataclass
+class CacheLookup(Event):
+    """The realized verdict (k accepted, token t*) looked up in the cache; ``rank`` of t* among the
+    candidates it was chosen from (the draft's z_k for SSD, the early exit's top-κ for Mirror), −1 = not ranked."""
+
+    kind: ClassVar[str] = "cache_lookup"
+    round: int
+    accepted: int
+    token: int
+    hit: bool
+    rank: int
+
+
+@dataclass
+class ReuseDecision(Event):
+    """Mirror-SD's next-window selection: ``root_hit`` (k = 0), ``depth_hit`` (k ≥ 1) or ``fallback``."""
+
+    kind: ClassVar[str] = "reuse_decision"
+    round: int
+    outcome: str
+    accepted: int
+    token: int
+    rank: int  # of the correction in the early-exit top-κ at position k; −1 = outside it
+
+
+@dataclass
+class Backup(Event):
+    """A window made on the critical path after a cache miss: ``jit`` (the draft decodes), ``fast`` (n-gram
+    lookup, point masses), ``fallback`` (Mirror's fresh rollout) or ``initial`` (the first window)."""
+
+    kind: ClassVar[str] = "backup"
+    lane: str
+    round: int
+    backup: str
+    tokens: int
+    start: float
+    end: float
+
+
+@dataclass
+class Saguaro(Event):
+    """SAGUARO sampling for one window: down-weight C on each position's top-F, and the draft probability
+    mass moved off those tokens (which the residual then pushes back onto them)."""
+
+    kind: ClassVar[str] = "saguaro"
+    round: int
+    c: float
+    mass_moved: list  # per window position
+
+
 EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
                                          ShallowVerification, KvRollback, StageCompute, ActivationSend, Check,
-                                         Flush, KvTruncate)}
+                                         Flush, KvTruncate, LaneMessage, EeMessage, BranchRollout, CacheBuild,
+                                         CacheLookup, ReuseDecision, Backup, Saguaro)}
 EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
 DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind,
-                  StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind}
+                  StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind, LaneMessage.kind,
+                  EeMessage.kind, BranchRollout.kind, CacheBuild.kind, ReuseDecision.kind, Saguaro.kind}
 
 
 def event_from_dict(record: dict) -> Event:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 # message kinds (the first header field)
-KINDS = ("act", "reply", "end", "configure", "ping", "shutdown")
+KINDS = ("act", "reply", "end", "configure", "ping", "shutdown", "start", "ee", "verdict", "window")
 HEADER_FIELDS = ("kind", "epoch", "tick", "position", "token", "flag", "rows", "probs", "blob")
 
 

@@ -6,11 +6,13 @@ from .cats import Cats
 from .eagle import EagleTree
 from .eesd import EarlyExitSelfSpeculation
 from .pld import PromptLookup
+from .mirror import Mirror
 from .ppsd import Ppsd
 from .sps import SpeculativeSampling
+from .ssd import Ssd
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats,
-                                              Ppsd)}
+                                              Ppsd, Mirror, Ssd)}
 
 
 def get_method(name: str) -> type[Method]:

@@ -1,0 +1,112 @@
+"""What ``mirror`` and ``ssd`` share as methods: the draft on lane D, the target on lane T, two modes.
+
+``mode``: ``lanes`` runs the draft in a worker process on its own core (or CUDA device) while this
+process verifies — the draft's work hidden under verification; ``serial`` runs both lane programs in
+this process, one after the other — the same tokens, nothing overlapping (the "before" picture).
+The programs are in :mod:`engines.verdict_speculation`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from ..decoding import DecodeContext
+from ..drafters.trained import draft_vocab, read_card
+from ..lanes import Lane, default_lanes, pinned, run_serial
+from ..trace import Event
+from ..verdict_speculation import Plan, draft_lane, plan_dict, target_lane
+from ..branch_rollout import BranchDrafter
+from .base import Method, MethodConfig
+
+MODES = ("lanes", "serial")
+TRAINED = ("tiny", "ss")  # shipped drafts a branch rollout can run (eagle needs the target's features: not here)
+RULES = ("sample", "token_match")
+
+
+def check_common(config: MethodConfig, drafts: tuple[str, ...]) -> None:
+    if config.mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {config.mode!r}")
+    if not isinstance(config.draft, str) or not config.draft or config.draft in ("self", "eagle"):
+        raise ValueError(f"draft must be one of the trained drafts {drafts} or a causal LM sharing the target's "
+                         f"tokenizer (a registered name or a local path), got {config.draft!r}")
+
+
+def is_trained(draft: str) -> bool:
+    return draft in TRAINED
+
+
+class VerdictMethod(Method):
+    """Subclasses give ``plan()`` (what both lanes agree on) and their Config."""
+
+    def plan(self, detailed: bool) -> Plan:
+        raise NotImplementedError
+
+    def lanes(self, ctx: DecodeContext) -> dict:
+        names = self._lane_names(ctx)
+        return {"target": names[0], "draft": names[1]}
+
+    def _lane_names(self, ctx: DecodeContext | None) -> list[str]:
+        if self.config.mode == "lanes" and not self.engine.lane_spec.spawn:
+            return ["cpu0", "remote1"]
+        if self.config.mode == "lanes":
+            return list(default_lanes(2, self.engine.device))
+        lane = ctx.lane if ctx is not None else "cpu0"
+        return [f"{lane}/target", f"{lane}/draft"]
+
+    def exit_head(self):
+        return None
+
+    def draft_module(self):
+        """The trained draft (``tiny``, ``ss``) or a registered / local causal LM with the target's tokenizer."""
+        draft = self.config.draft
+        if is_trained(draft):
+            card = read_card(draft)
+            if card.get("vocab_size") != self.engine.target.config.vocab_size:
+                raise ValueError(f"draft {draft!r} uses another tokenizer (vocabulary {card.get('vocab_size')} "
+                                 f"vs the target's {self.engine.target.config.vocab_size})")
+            return self.engine.trained_drafter(draft)
+        return self.engine.draft_stack(draft).model  # ValueError for another tokenizer or vocabulary
+
+    def prepare(self) -> None:
+        self.draft_module()
+        self.exit_head()
+        if self.config.mode == "lanes":
+            if self.engine.memory_budget is not None:
+                raise ValueError("mode='lanes' runs the draft in a worker process; it cannot honour a memory budget "
+                                 "(use mode='serial')")
+            if self.engine.lane_spec.spawn:
+                try:
+                    default_lanes(2, self.engine.device)
+                except ValueError:
+                    raise ValueError("mode='lanes' needs a second lane (a second CPU core or CUDA device) for the "
+                                     "draft, and this machine has one; use mode='serial'") from None
+            self.engine.lane_group(self._lane_names(None))
+
+    def decode(self, ctx: DecodeContext) -> Iterator[Event]:
+        engine, config = self.engine, self.config
+        plan = self.plan(ctx.trace.detailed)
+        names = self._lane_names(ctx)
+        module = self.draft_module()
+        vocab = draft_vocab(module) if is_trained(config.draft) else torch.arange(engine.target.config.vocab_size)
+        target_sampler = ctx.sampler.for_lane(0)
+        capacity = ctx.capacity + self.max_branches() * (plan.window + 2) + 64
+        target = target_lane(Lane(0, names[0], ctx.trace.now), ctx, plan, target_sampler, vocab, names,
+                             self.exit_head())
+        if config.mode == "lanes":
+            group = engine.lane_group(names)
+            draft = config.draft if is_trained(config.draft) else str(engine.draft_source(config.draft))
+            args = {"source": str(engine.lanes_source()), "dtype": engine.dtype, "draft": draft,
+                    "capacity": capacity, "temperature": ctx.sampler.temperature, "top_p": ctx.sampler.top_p,
+                    "seed": ctx.sampler.seed, "plan": plan_dict(plan), "lanes": names}
+            with pinned(names[0]):
+                yield from group.run(target, ctx.trace,
+                                     {1: {"program": "engines.verdict_speculation:draft_worker", "args": args}})
+            return
+        drafter = BranchDrafter(module, config.draft, capacity)
+        draft = draft_lane(Lane(1, names[1], ctx.trace.now), drafter, plan, ctx.sampler.for_lane(1), names)
+        yield from run_serial({0: target, 1: draft})
+
+    def max_branches(self) -> int:
+        raise NotImplementedError
