@@ -69,9 +69,10 @@ def window_message(round_: int, window: Window, hit: bool, vocab: torch.Tensor) 
     if window.source == "lookup":
         blob["q"] = "point"
     elif window.probs is not None:
-        inside = window.probs[:, vocab].float()
-        if float(window.probs.sum() - inside.sum()) == 0.0:
-            blob["q"], probs = "draft", inside.reshape(-1)
+        outside = torch.ones(window.probs.shape[-1], dtype=torch.bool, device=window.probs.device)
+        outside[vocab.to(outside.device)] = False
+        if not bool(window.probs[:, outside].any()):  # every q lies in the draft vocabulary: send only that part
+            blob["q"], probs = "draft", window.probs[:, vocab.to(outside.device)].float().reshape(-1)
         else:
             blob["q"], probs = "full", window.probs.float().reshape(-1)
     return Message("window", tick=round_, flag=HIT if hit else MISS, probs=probs, blob=blob)
@@ -367,6 +368,22 @@ def draft_worker(lane: Lane, source: str, dtype: str, draft: str, capacity: int,
     sampler = Sampler(temperature, top_p, seed, device).for_lane(1)
     named = Lane(1, lanes[1], lane.now)
     return draft_lane(named, BranchDrafter(module, draft, capacity), Plan(**plan), sampler, lanes)
+
+
+def preload_worker(lane: Lane, source: str, dtype: str, draft: str):
+    """Load the draft on lane D before any run's clock starts (its first run would otherwise pay for it)."""
+    device = lane.name if lane.name.startswith("cuda") else "cpu"
+    _draft_module(source, dtype, device, draft)
+    return _say_ready()
+
+
+def _say_ready():
+    yield Send(0, Message("end"))
+
+
+def await_ready():
+    """Lane T's side of :func:`preload_worker`."""
+    yield Recv(1)
 
 
 def plan_dict(plan: Plan) -> dict:

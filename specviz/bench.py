@@ -31,6 +31,7 @@ from .pipeline import pipeline_metrics
 from .prompts import DEFAULT_PROMPTS, load_prompts
 from .sweep import draft_seconds
 from .theory import ppsd_tokens_per_s
+from .verdict_views import verdict_metrics
 
 DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
                    "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
@@ -120,6 +121,7 @@ class Tally:
         self.bytes_streamed = self.peak_resident_bytes = 0
         self.clock = "wall"
         self.pipeline = PipelineTally()
+        self.verdict = VerdictTally()
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
             target_calls: int | None = None, events=None):
@@ -145,6 +147,8 @@ class Tally:
             self.clock = stats.clock
             if events is not None:
                 self.pipeline.add(pipeline_metrics(events))
+                if any(e.kind == "cache_lookup" for e in events):
+                    self.verdict.add(verdict_metrics(events), new_tokens, decode_seconds)
             if stats.peak_resident_bytes:
                 self.budgeted = True
                 self.bytes_streamed += stats.bytes_streamed
@@ -173,6 +177,7 @@ class Tally:
             "clock": self.clock,
             **(self.memory_summary() if self.budgeted else {}),
             **({"pipeline": self.pipeline.summary(tps)} if self.pipeline.runs else {}),
+            **({"verdict": self.verdict.summary(tps)} if self.verdict.rounds else {}),
         }
 
     def memory_summary(self) -> dict:
@@ -224,6 +229,37 @@ class PipelineTally:
                 "idle": {lane: 1 - busy / self.span for lane, busy in self.busy.items()},
                 "message_seconds": message, "message_bytes_per_token": self.message_bytes / max(self.tokens, 1),
                 "eq6_tokens_per_s": eq6, "of_eq6": tokens_per_s / eq6 if eq6 else None}
+
+
+class VerdictTally:
+    """Mirror-SD / SSD runs' time accounts (:func:`specviz.verdict_views.verdict_metrics`), pooled over turns:
+    rates and per-round times weighted by rounds; the latency law's tokens/s pooled as predicted time."""
+
+    FIELDS = ("hit_rate", "exposed_draft_ms", "hidden_draft_ms", "prefix_ms", "suffix_ms", "verify_ms", "glue_ms",
+              "rollout_ms", "backup_ms", "message_ms")
+
+    def __init__(self):
+        self.rounds = 0
+        self.weighted: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+        self.law_seconds = self.law_tokens = 0.0
+
+    def add(self, metrics: dict, new_tokens: int, decode_seconds: float) -> None:
+        rounds = metrics.get("rounds") or 0
+        self.rounds += rounds
+        for key in self.FIELDS:
+            if metrics.get(key) is not None:
+                self.weighted[key] += metrics[key] * rounds
+                self.weights[key] += rounds
+        law = (metrics.get("law") or {}).get("tokens_per_s")
+        if law:
+            self.law_seconds += new_tokens / law
+            self.law_tokens += new_tokens
+
+    def summary(self, tokens_per_s: float) -> dict:
+        out = {key: self.weighted[key] / self.weights[key] if self.weights[key] else None for key in self.FIELDS}
+        law = self.law_tokens / self.law_seconds if self.law_seconds else None
+        return {**out, "rounds": self.rounds, "law_tokens_per_s": law, "of_law": tokens_per_s / law if law else None}
 
 
 def _add_counts(a: list[int], b: list[int]) -> list[int]:
@@ -387,7 +423,8 @@ def to_markdown(results: dict) -> str:
         cells = [f"{_fmt(by_category[c]['speedup'])}× ({_fmt(by_category[c]['tau'])}, {_fmt(by_category[c]['alpha'])})"
                  for c in categories]
         lines.append(f"| {label}{' · clock=virtual' if label in virtual else ''} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + position_table(methods) + pipeline_table(methods) + memory_table(setup, methods)) + "\n"
+    return "\n".join(lines + position_table(methods) + pipeline_table(methods) + verdict_table(methods) +
+                     memory_table(setup, methods)) + "\n"
 
 
 def pipeline_table(methods: dict) -> list[str]:
@@ -410,6 +447,39 @@ def pipeline_table(methods: dict) -> list[str]:
                      f"{p['ticks_per_token']:.2f} | {p['tick_seconds'] * 1e3:.1f} | {stage} | {idle} | "
                      f"{p['message_seconds'] * 1e3:.2f} | {p['message_bytes_per_token']:.0f} | {o['tokens_per_s']:.1f} | "
                      f"{_fmt(p['eq6_tokens_per_s'], '{:.1f}')} | {_fmt(p['of_eq6'], '{:.0%}')} |")
+    return lines
+
+
+def verdict_table(methods: dict) -> list[str]:
+    """Where Mirror-SD and SSD runs spent their time, and their latency law at the measured costs."""
+    rows = {label: m["overall"]["verdict"] for label, m in methods.items() if "verdict" in m["overall"]}
+    if not rows:
+        return []
+    lines = ["", "## Speculating on the verdict: where the time went (overall)", "",
+             "Per round: hit = cache lookups that found the verdict's window; exposed = draft time the target "
+             "waited for (backups after misses, draft work that outlasted verification, message hops); hidden = "
+             "draft work overlapped by the target's compute. Target ms: prefix (layers 1..l_e + early exit) / "
+             "suffix (the rest + verification) for Mirror, verify for SSD. Draft ms: glue / rollout (all branches "
+             "as one tree) / backup. Law: Mirror's Eq. 10 + FF·T_gen, SSD's §5.6 round time, at the same costs.",
+             "", "| method | hit | exposed ms | hidden ms | target ms | glue / rollout / backup ms | message ms | "
+             "tokens/s | law tokens/s | of law |", "|---" * 10 + "|"]
+    for label, v in rows.items():
+        o = methods[label]["overall"]
+        target = (f"{_fmt(v['prefix_ms'], '{:.1f}')} / {_fmt(v['suffix_ms'], '{:.1f}')}" if v["prefix_ms"] is not None
+                  else _fmt(v["verify_ms"], "{:.1f}"))
+        draft = " / ".join(_fmt(v[k], "{:.1f}") for k in ("glue_ms", "rollout_ms", "backup_ms"))
+        lines.append(f"| {label} | {_fmt(v['hit_rate'], '{:.0%}')} | {_fmt(v['exposed_draft_ms'], '{:.1f}')} | "
+                     f"{_fmt(v['hidden_draft_ms'], '{:.1f}')} | {target} | {draft} | {_fmt(v['message_ms'], '{:.2f}')} | "
+                     f"{o['tokens_per_s']:.1f} | {_fmt(v['law_tokens_per_s'], '{:.1f}')} | {_fmt(v['of_law'], '{:.0%}')} |")
+    categories = [c for c in methods[next(iter(rows))] if c != "overall"]
+    lines += ["", "Per category: hit rate · exposed draft ms per round", "",
+              "| method | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]
+    for label in rows:
+        cells = []
+        for category in categories:
+            v = methods[label][category].get("verdict") or {}
+            cells.append(f"{_fmt(v.get('hit_rate'), '{:.0%}')} · {_fmt(v.get('exposed_draft_ms'), '{:.1f}')}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -6,7 +6,8 @@ one draft step as a fraction of one target step (verifying γ+1 tokens is assume
     E[tokens per round] = (1 − α^(γ+1)) / (1 − α)
     speedup             = (1 − α^(γ+1)) / ((1 − α)(γ·c + 1))
 
-Draft trees (EAGLE-2) extend the model with ranks: see the section "draft trees" below.
+Draft trees (EAGLE-2) extend the model with ranks: see the section "draft trees" below. Speculation on
+the verdict (Mirror-SD, SSD) has latency laws of its own: see the last section.
 """
 
 from __future__ import annotations
@@ -177,3 +178,74 @@ def ppsd_gain(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float
 def ppsd_tokens_per_s(alpha: float, stages: int, tick_seconds: float) -> float:
     """Eq. 6 in time units: one token per tick when accepted, S ticks when rejected."""
     return 1.0 / (tick_seconds * (alpha + (1 - alpha) * stages))
+
+
+# --- speculation on the verdict: Mirror-SD (paper 001, methods.md §3.6) and SSD (paper 005, §5.6) ----------
+# Both hide the draft's work for round t+1 under the target's verification of round t. Mirror starts it
+# mid-verification from the early exit (after layers 1..l_e), SSD at verification start from the draft's own
+# logits; a verdict the draft did not prepare for costs a fresh window on the critical path.
+#
+#     Mirror (Eq. 10/14):  T_Mirror = T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen)   (+ FF·T_gen, [derived])
+#     SSD:                 E[T_round] = max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup
+
+
+def _check_rate(name: str, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_times(**times: float) -> None:
+    for name, value in times.items():
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def mirror_step_time(t_prefix: float, t_suffix: float, t_draft_gen: float, t_rv: float,
+                     fallback_rate: float = 0.0, t_fallback: float | None = None) -> float:
+    """E[T_step] of one Mirror-SD round (methods.md §3.6): T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen) + FF·T_gen.
+
+    The paper's latency law (Eq. 10/14) has no fallback term; the [derived] ``FF·T_gen`` adds the fresh rollout
+    a fallback puts on the critical path, so the law can be laid beside measured rounds. ``t_fallback`` is that
+    fresh rollout's own cost where it is measured (one chain of γ tokens is cheaper than the κ(γ+1)-branch tree
+    of ``t_draft_gen``); ``None`` uses T_gen, as methods.md writes it."""
+    _check_rate("fallback_rate", fallback_rate)
+    fresh = t_draft_gen if t_fallback is None else t_fallback
+    _check_times(t_prefix=t_prefix, t_suffix=t_suffix, t_draft_gen=t_draft_gen, t_rv=t_rv, t_fallback=fresh)
+    return t_prefix + t_rv + max(t_suffix, t_draft_gen) + fallback_rate * fresh
+
+
+def mirror_speedup_vs_sd(t_prefix: float, t_suffix: float, t_draft_gen: float, t_rv: float) -> float:
+    """The paper's step speedup S over vanilla SD (§3.6), T_SD / T_Mirror with T_SD = T_target + T_gen:
+    (T_target + T_gen)/(T_target + T_rv) while the draft fits in the overlap budget Δ = T^{l_e+1:N}, else
+    (T^{1:l_e} + Δ + T_gen)/(T^{1:l_e} + T_gen + T_rv). Mirror wins (S > 1) iff T_rv < min(Δ, T_gen)."""
+    _check_times(t_prefix=t_prefix, t_suffix=t_suffix, t_draft_gen=t_draft_gen, t_rv=t_rv)
+    target = t_prefix + t_suffix
+    if t_draft_gen <= t_suffix:
+        return (target + t_draft_gen) / (target + t_rv)
+    return (t_prefix + t_suffix + t_draft_gen) / (t_prefix + t_draft_gen + t_rv)
+
+
+def ssd_round_time(t_verify: float, t_comm: float, hit_rate: float, t_backup: float,
+                   t_draftwork: float = 0.0) -> float:
+    """E[T_round] of SSD at batch 1 (methods.md §5.6, [derived]): max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup.
+
+    The draft's per-round work (glue forward + K tree steps over Σ F_k branches) is hidden while it fits under
+    the target's verification T_v; past that it sets the pace. A miss adds the backup on the critical path."""
+    _check_rate("hit_rate", hit_rate)
+    _check_times(t_verify=t_verify, t_comm=t_comm, t_backup=t_backup, t_draftwork=t_draftwork)
+    return max(t_verify, t_draftwork) + t_comm + (1 - hit_rate) * t_backup
+
+
+def ssd_speedup_vs_sd(t_draft_k: float, t_verify: float, hit_rate: float, t_backup: float) -> float:
+    """SSD over synchronous SD at the same acceptance (§5.6, [derived]): (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup).
+    At P(hit) = 1 this is the bound 1 + T_d(K)/T_v: drafting disappears from the round entirely."""
+    _check_rate("hit_rate", hit_rate)
+    _check_times(t_draft_k=t_draft_k, t_verify=t_verify, t_backup=t_backup)
+    return (t_draft_k + t_verify) / (t_verify + (1 - hit_rate) * t_backup)
+
+
+def law_tokens_per_s(tokens_per_round: float, step_seconds: float) -> float:
+    """A latency law in throughput units: τ tokens committed per round over the round's predicted seconds."""
+    if step_seconds <= 0:
+        raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
+    return tokens_per_round / step_seconds

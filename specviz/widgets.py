@@ -10,6 +10,8 @@ Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end pack
   draft tree should commit and what verifying it costs on this machine's verify-cost curve.
 * :func:`cats_theory_explorer` — flash bandwidth, τ, γ̄ and L_SV → CATS's bytes per token and its
   §7.6 time model against autoregressive decoding under the same memory budget.
+* :func:`fanout_explorer` — a_p, r, cache budget B and lookahead K → SSD's optimal fan-out F_k beside the
+  uniform one, with the predicted hit rate of each.
 * :func:`cats_run_explorer` — CATS's layers, γ̄, acceptance, the memory budget and the flash bandwidth → a
   real ``cats`` run beside ``ar`` under the same budget, with one cycle's Gantt and the confusion matrix.
 
@@ -407,6 +409,33 @@ def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, fl
         run()
     return W.VBox([prompt_box, W.HBox([W.VBox(list(controls.values())), W.VBox([*budget.values(), button])]),
                    cards, status, plots])
+
+
+# --- SSD's fan-out (paper 005, methods.md §5.3) ------------------------------------------------------
+def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
+    """The two fan-outs and their predicted hit rates, as one line of HTML."""
+    from engines.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
+
+    geometric = geometric_fanout(lookahead, budget, a_p, r)
+    uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
+    return (f"F<sub>k</sub> ∝ P(A = k)<sup>1/(1+r)</sup>: geometric <b>{geometric}</b> → P(hit) = "
+            f"<b>{predicted_hit_rate(geometric, a_p, r):.3f}</b>; uniform <b>{uniform}</b> → P(hit) = "
+            f"<b>{predicted_hit_rate(uniform, a_p, r):.3f}</b> (miss model F<sup>−r</sup>)")
+
+
+def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahead: int = 7) -> W.VBox:
+    """Sliders a_p, r, B and K → SSD's optimal fan-out beside the uniform one (§5.9 view 6,
+    :func:`specviz.verdict_views.fanout_figure`): the better the draft (a_p), the more of the budget goes to
+    deep verdicts; the flatter the miss curve (small r), the more evenly it spreads."""
+    from .verdict_views import fanout_figure
+
+    sliders = dict(
+        a_p=W.FloatSlider(value=a_p, min=0.05, max=0.95, step=0.01, description="a_p (acceptance)"),
+        r=W.FloatSlider(value=r, min=0.05, max=2.0, step=0.05, description="r (miss exponent)"),
+        budget=W.IntSlider(value=budget, min=1, max=64, description="B (cache budget)"),
+        lookahead=W.IntSlider(value=lookahead, min=1, max=10, description="K (lookahead)"),
+    )
+    return slider_explorer(sliders, lambda values: (fanout_readout(**values), [fanout_figure(**values)]))
 
 
 # --- PPSD (paper 003) -------------------------------------------------------------------------------

@@ -97,3 +97,40 @@ def test_ppsd_broken_residual_rule_is_caught(deep_setup, monkeypatch):
     engine, dist = deep_setup
     monkeypatch.setattr(verify, "residual_distribution", lambda p, q: p)
     assert chi_square_pvalue(engine, dist, "ppsd", exit_layer=1, head="none", mode="serial") < 1e-6
+
+
+# --- speculating on the verdict (Mirror-SD, SSD): the draft on its own lane ----------------------------------
+@pytest.fixture(scope="module")
+def verdict_setup(setup):
+    engine, dist = setup
+    yield engine, dist
+    engine.close()
+
+
+@pytest.mark.parametrize("method,options", [
+    ("mirror", {"exit_layer": 1, "kappa": 2, "gamma": 2, "mode": "serial"}),
+    ("mirror", {"exit_layer": 1, "kappa": 2, "gamma": 2, "rule": "token_match", "mode": "serial"}),
+    ("ssd", {"lookahead": 2, "fanout": "geometric", "budget": 4, "c": 0.5, "mode": "serial"}),
+    ("ssd", {"lookahead": 2, "f": 1, "c": 0.5, "backup": "fast", "mode": "serial"}),
+    ("mirror", {"exit_layer": 1, "kappa": 2, "gamma": 2, "mode": "lanes"}),
+    ("ssd", {"lookahead": 2, "f": 2, "c": 0.5, "mode": "lanes"}),
+])
+def test_verdict_speculation_sampling_matches_target_distribution(verdict_setup, method, options):
+    """Whichever cached window the verdict picks (or the backup), each token is judged against the q it was
+    drawn from — SAGUARO's σ, a lookup's point mass — so the output is the target's distribution."""
+    engine, dist = verdict_setup
+    assert chi_square_pvalue(engine, dist, method, draft="other", **options) > 0.001
+
+
+def test_saguaro_judged_against_the_unshaped_q_is_caught(verdict_setup, monkeypatch):
+    """Drawing from σ_{F,C} but verifying against the draft's plain q biases the output: detected."""
+    from engines.branch_rollout import BranchDrafter
+
+    def draw_shaped_report_plain(logits, depth, sampler, shape, branch):
+        q = sampler.probs(logits[None])[0]
+        shaped, _ = shape(depth, q)
+        return sampler.draw(shaped), q
+
+    monkeypatch.setattr(BranchDrafter, "_draw", staticmethod(draw_shaped_report_plain))
+    engine, dist = verdict_setup
+    assert chi_square_pvalue(engine, dist, "ssd", draft="other", lookahead=2, f=2, c=0.2, mode="serial") < 1e-6

@@ -15,8 +15,8 @@ import torch
 from ..decoding import DecodeContext
 from ..drafters.trained import draft_vocab, read_card
 from ..lanes import Lane, default_lanes, pinned, run_serial
-from ..trace import Event
-from ..verdict_speculation import Plan, draft_lane, plan_dict, target_lane
+from ..trace import Event, Trace
+from ..verdict_speculation import Plan, await_ready, draft_lane, plan_dict, target_lane
 from ..branch_rollout import BranchDrafter
 from .base import Method, MethodConfig
 
@@ -82,7 +82,11 @@ class VerdictMethod(Method):
                 except ValueError:
                     raise ValueError("mode='lanes' needs a second lane (a second CPU core or CUDA device) for the "
                                      "draft, and this machine has one; use mode='serial'") from None
-            self.engine.lane_group(self._lane_names(None))
+            group = self.engine.lane_group(self._lane_names(None))
+            args = {"source": str(self.engine.lanes_source()), "dtype": self.engine.dtype, "draft": self._draft_source()}
+            for _ in group.run(await_ready(), Trace(detailed=False),
+                               {1: {"program": "engines.verdict_speculation:preload_worker", "args": args}}):
+                pass
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         engine, config = self.engine, self.config
@@ -96,8 +100,7 @@ class VerdictMethod(Method):
                              self.exit_head())
         if config.mode == "lanes":
             group = engine.lane_group(names)
-            draft = config.draft if is_trained(config.draft) else str(engine.draft_source(config.draft))
-            args = {"source": str(engine.lanes_source()), "dtype": engine.dtype, "draft": draft,
+            args = {"source": str(engine.lanes_source()), "dtype": engine.dtype, "draft": self._draft_source(),
                     "capacity": capacity, "temperature": ctx.sampler.temperature, "top_p": ctx.sampler.top_p,
                     "seed": ctx.sampler.seed, "plan": plan_dict(plan), "lanes": names}
             with pinned(names[0]):
@@ -110,3 +113,8 @@ class VerdictMethod(Method):
 
     def max_branches(self) -> int:
         raise NotImplementedError
+
+    def _draft_source(self) -> str:
+        """What lane D loads: a trained draft's name, or the directory of a causal LM's weights."""
+        draft = self.config.draft
+        return draft if is_trained(draft) else str(self.engine.draft_source(draft))
