@@ -343,6 +343,8 @@ def _law(m: dict) -> dict | None:
         formula = "max(T_v, T_glue + T_rollout) + T_comm + (1 − P(hit))·T_backup"
     else:
         return None
+    if m.get("mode") == "serial":  # nothing overlaps in serial mode: its law is the no-overlap sum
+        step, formula = serial, "no overlap (serial mode): every cost in turn"
     predicted = law_tokens_per_s(m["tau"], step)
     measured = m["steady_tokens_per_s"] if m["steady_tokens_per_s"] is not None else m["tokens_per_s"]
     return dict(tokens_per_s=predicted, ratio=None if measured is None else measured / predicted, step_ms=1e3 * step,

@@ -27,7 +27,7 @@ EXIT_HEADS = ("model", "norm")
 
 @dataclass
 class MirrorConfig(MethodConfig):
-    gamma: int = 5
+    gamma: int = 3  # one speculative-streaming step (1 + 2 streams) drafts the whole window
     kappa: int = 4
     exit_layer: int = 15
     exit_head: str = "model"

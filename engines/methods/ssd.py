@@ -28,10 +28,10 @@ SAGUARO_TOPS = ("f", "f+1")
 
 @dataclass
 class SsdConfig(MethodConfig):
-    lookahead: int = 5
+    lookahead: int = 3  # K: draft work (glue + K tree steps) then fits under one verification here
     fanout: str = "uniform"
-    f: int = 2
-    budget: int = 12
+    f: int = 4
+    budget: int = 16
     c: float = 1.0
     saguaro_top: str = "f+1"
     backup: str = "jit"
