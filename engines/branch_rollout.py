@@ -19,7 +19,6 @@ from typing import Callable
 
 import torch
 
-from .drafters.base import sample_draft_token
 from .drafters.heads import SharedHead
 from .drafters.streaming import StreamingDraft
 from .layers import LayerStack, decoder_pass
@@ -195,11 +194,13 @@ class BranchDrafter:
 
     @staticmethod
     def _draw(logits: torch.Tensor, depth: int, sampler: Sampler, shape: Shaper | None, branch: Branch):
-        if sampler.greedy or shape is None:
-            return sample_draft_token(logits, sampler)
-        q, moved = shape(depth, sampler.probs(logits[None])[0])
-        branch.moved.append(moved)
-        return sampler.draw(q), q
+        if sampler.greedy:
+            return int(logits.argmax()), None
+        q = sampler.probs(logits[None])[0]
+        if shape is not None:
+            q, moved = shape(depth, q)
+            branch.moved.append(moved)
+        return sampler.draw_by_cdf(q), q
 
     def _allowed(self, live: list[Branch], existing: int, n_main: int, streams: int) -> torch.Tensor:
         """Which columns (cache, then this step's main rows, then stream rows) each new row may attend to."""

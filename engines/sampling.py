@@ -53,6 +53,18 @@ class Sampler:
         the same random stream whichever device computed ``probs``."""
         return int(torch.multinomial(probs.to(self.generator.device, torch.float32), 1, generator=self.generator))
 
+    def draw_by_cdf(self, probs: torch.Tensor) -> int:
+        """The same law as :meth:`draw` (another random stream), by inverting the CDF at one uniform:
+        ``torch.multinomial`` takes 0.8 ms per draw over SmolLM2's 49k tokens on CPU, more than a draft
+        forward's share when a branch rollout draws dozens of tokens a round."""
+        p = probs.to(self.generator.device, torch.float32)
+        cdf = torch.cumsum(p, 0)
+        u = torch.rand((), generator=self.generator, device=self.generator.device) * cdf[-1]
+        index = int(torch.searchsorted(cdf, u, right=True))  # the first token whose cumulative mass exceeds u
+        if index >= len(p) or float(p[index]) == 0.0:  # u rounded up to the total: the last token with mass
+            index = int(torch.nonzero(p).max())
+        return index
+
     def uniform(self) -> float:
         return float(torch.rand((), generator=self.generator))
 

@@ -129,7 +129,7 @@ def test_saguaro_judged_against_the_unshaped_q_is_caught(verdict_setup, monkeypa
     def draw_shaped_report_plain(logits, depth, sampler, shape, branch):
         q = sampler.probs(logits[None])[0]
         shaped, _ = shape(depth, q)
-        return sampler.draw(shaped), q
+        return sampler.draw_by_cdf(shaped), q
 
     monkeypatch.setattr(BranchDrafter, "_draw", staticmethod(draw_shaped_report_plain))
     engine, dist = verdict_setup

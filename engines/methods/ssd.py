@@ -6,6 +6,11 @@ K tokens after each and files them in the speculation cache. On the verdict (k, 
 window at once; miss → the backup (``jit``: the draft decodes on the critical path; ``fast``: an n-gram
 lookup, verified as point masses). Round time (§5.6): T_v + T_comm + (1 − P(hit))·T_backup.
 
+``draft``: ``tiny`` (the paper's setting: a small draft model, one token per forward), ``ss`` (an
+extension: the speculative-streaming draft drafts 1 + 2 tokens per forward, so a rollout and a JIT backup
+take ⌈K/3⌉ steps), or a causal LM with the target's tokenizer. (``eagle`` is not offered: its draft
+reads the target's hidden states, which lane D does not have.)
+
 ``fanout``: ``uniform`` (f per k) or ``geometric`` (F_k ∝ P(A = k)^{1/(1+r)} within budget B, with a_p
 and r measured from the run's own log). ``c`` < 1: SAGUARO sampling — each window token is drawn from
 the draft distribution with its top-F tokens scaled by C (``saguaro_top`` f+1 includes the token's own
@@ -20,7 +25,7 @@ from ..verdict_speculation import Plan
 from .base import MethodConfig, require_int
 from .verdict import VerdictMethod, check_common
 
-DRAFTS = ("tiny",)
+DRAFTS = ("tiny", "ss")  # ss (1 + 2 tokens per forward) is this project's extension: J = ⌈K/3⌉ tree steps
 FANOUTS = ("uniform", "geometric")
 BACKUPS = ("jit", "fast")
 SAGUARO_TOPS = ("f", "f+1")

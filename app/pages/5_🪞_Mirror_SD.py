@@ -1,0 +1,234 @@
+"""specviz dashboard page: Mirror-SD (paper 000), the target's early exit launching the draft, live.
+
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
+(``streamlit run app/dashboard.py``). The sidebar holds Mirror's options (γ, κ, the exit layer and head, the
+draft, the acceptance rule, the mode), the generation settings and the model; the page holds the latency
+law's explorer, the prompt, the live two-lane Gantt and hypothesis grid, the metrics with the law beside
+them, and (optionally) synchronous SD with the same draft for the speedup.
+
+Decisions:
+- The engine and its lock come from ``engine_cache``, shared with the other pages.
+- ``mode="lanes"`` needs two cores (target and draft). Where the machine has one, the page says so and runs
+  ``serial`` instead.
+- A lanes run is preceded by a 1-token run, so the measured one does not count starting the draft's worker.
+- The Gantt and the grid redraw at most every 0.4 s while a run streams, from the partial event list; the
+  engine stops the run's clock while the page holds an event, so drawing is not timed as decoding.
+- "One core per lane" (on by default) runs the serial schedule and sps on one core with one thread, as each
+  lane of a lanes run does: lane is compared with lane, and a two-thread run on a busy 2-core machine cannot
+  collapse.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from contextlib import nullcontext
+from pathlib import Path
+
+import streamlit as st
+
+APP = Path(__file__).resolve().parent.parent
+for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import pandas as pd  # noqa: E402
+
+import verdict_helpers as vh  # noqa: E402
+from engine_cache import engine_lock, model_picker  # noqa: E402
+from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
+from engines.trace import EeMessage  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+from specviz import verdict_views as vv  # noqa: E402
+from specviz.ppsd_views import one_token  # noqa: E402
+
+P = "mirror:"  # widget key prefix
+st.set_page_config(page_title="specviz — Mirror-SD", page_icon="🪞", layout="wide")
+
+# --- explanation --------------------------------------------------------------------------------
+st.title("🪞 Mirror-SD: the target's early exit launches the draft, live")
+st.markdown(
+    "In plain speculative decoding the draft waits for the verdict before it drafts again, so a round costs "
+    "T_draft + T_target. **Mirror-SD** puts the draft on its own lane. Halfway through verifying a window, at "
+    "layer l_e, the target sends the top-κ of its *early exit* (the LM head on h^(l_e)) at each of the γ+1 "
+    "positions (**ee**). While the target finishes layers l_e+1..N, the draft rolls out a next window for every "
+    "one of those (γ+1)·κ possible corrections. When the **verdict** (A accepted, token c) arrives, the branch "
+    "rooted at c after A drafts is the next window (a *hit*), or the draft makes a fresh one on the critical "
+    "path (a *fallback*). Step time (Eq. 10/14): T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen). The bet never "
+    "decides what is committed, only which window comes next: the run is lossless.")
+
+# --- sidebar ------------------------------------------------------------------------------------
+method_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
+with model_box:
+    dtype, engine = model_picker(P)
+    n_layers = engine.target.n_layers
+capacity = lane_capacity(engine.device)
+
+with method_box:
+    st.header("Mirror-SD")
+    gamma = int(st.number_input("γ: window", 1, 16, 5, key=f"{P}gamma", help="Draft tokens per round."))
+    kappa = int(st.number_input("κ: top-κ of the early exit", 1, 16, 4, key=f"{P}kappa",
+                                help="Candidates per position; the draft rolls out (γ+1)·κ branches per round."))
+    exit_head = st.selectbox("exit head", list(vh.EXIT_HEADS), format_func=vh.EXIT_HEAD_LABELS.get,
+                             key=f"{P}exit_head")
+    layers = vh.exit_layer_choices(exit_head, n_layers)
+    if not layers:
+        st.error("No shipped norm exit head in data/drafts (`specviz train exit`).")
+        st.stop()
+    if st.session_state.get(f"{P}exit_layer") not in layers:
+        st.session_state[f"{P}exit_layer"] = vh.default_exit_layer(layers, n_layers)
+    exit_layer = st.selectbox("l_e: exit layer", layers, key=f"{P}exit_layer",
+                              help="The target's prefix is layers 1..l_e; the suffix l_e+1..N is the overlap budget Δ.")
+    draft = st.selectbox("draft", list(vh.MIRROR_DRAFTS), format_func=vh.DRAFT_LABELS.get, key=f"{P}draft")
+    rule = st.selectbox("acceptance rule", list(vh.RULES), format_func=vh.RULE_LABELS.get, key=f"{P}rule",
+                        help="Both are lossless; they differ only when sampling (temperature > 0).")
+    asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
+    mode, why = vh.effective_mode(asked, capacity)
+    if why:
+        st.warning(why)
+    compare = st.checkbox("also run sps (same draft and γ)", value=False, key=f"{P}compare",
+                          help="Synchronous SD, the paper's 'vanilla SD': the measured speedup beside the paper's S.")
+    one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
+                           help="Run the serial schedule and sps on one core with one thread, as each lane of a "
+                                "lanes run does.")
+
+with settings_box:
+    st.header("Generation")
+    max_new_tokens = int(st.number_input("max new tokens", 1, 256, 32, step=8, key=f"{P}max_new_tokens"))
+    temperature = float(st.slider("temperature", 0.0, 1.5, 0.0, 0.05, key=f"{P}temperature",
+                                  help="0 = greedy; the acceptance rule matters only when sampling (seed 0)."))
+
+options = vh.mirror_options(gamma, kappa, exit_layer, exit_head, draft, rule, mode)
+
+# --- the formula --------------------------------------------------------------------------------
+with st.expander("The latency law (Eq. 10/14): move the costs", expanded=False):
+    left, right = st.columns([1, 2])
+    with left:
+        t_prefix = st.slider("T^{1:l_e} (prefix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:prefix")
+        t_suffix = st.slider("Δ = T^{l_e+1:N} (suffix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:suffix")
+        t_step = st.slider("draft ms per step", 0.5, 30.0, 4.0, 0.5, key=f"{P}x:step")
+        eta = st.slider("η̄: tokens per draft step", 1.0, 3.0, 1.5, 0.1, key=f"{P}x:eta")
+        x_gamma = st.slider("γ", 1, 12, 5, key=f"{P}x:gamma")
+        t_rv = st.slider("T_rv (both rendezvous) ms", 0.0, 20.0, 1.0, 0.1, key=f"{P}x:rv")
+        ff = st.slider("FF: fallback rate", 0.0, 1.0, 0.3, 0.01, key=f"{P}x:ff")
+    x = vh.mirror_explorer(t_prefix, t_suffix, t_step, eta, x_gamma, t_rv, ff)
+    with right:
+        cols = st.columns(4)
+        cols[0].metric("T_gen(γ)", f"{x['t_gen_ms']:.1f} ms", help="⌈γ/η̄⌉ draft steps.")
+        cols[1].metric("T_SD vs T_Mirror", f"{x['t_sd_ms']:.1f} vs {x['t_mirror_ms']:.1f} ms")
+        cols[2].metric("S over SD", f"{x['speedup']:.2f}×", help="The paper's S (§3.6), no fallbacks.")
+        cols[3].metric("with FF", f"{x['speedup_with_ff']:.2f}×", help="E[T_step] = T_Mirror + FF·T_gen [derived].")
+        st.plotly_chart(vv.mirror_law_figure(t_prefix / 1e3, t_suffix / 1e3, t_rv / 1e3, x["gen"]), key=f"{P}law")
+        st.caption("The draft is free while T_gen fits under the suffix Δ (shaded: zero slope in γ); past that only "
+                   "the part that sticks out costs. Mirror beats vanilla SD iff T_rv < min(Δ, T_gen).")
+
+# --- prompt -------------------------------------------------------------------------------------
+prompt = prompt_picker(example_prompts(), P, "qa")
+generate = st.button("Run Mirror-SD" if mode == asked else "Run Mirror-SD (serial mode)", type="primary",
+                     key=f"{P}generate")
+status_area, gantt_area, grid_area = st.empty(), st.empty(), st.empty()
+token_text = one_token(engine.detokenize)
+
+
+# --- running ------------------------------------------------------------------------------------
+def draw_live(events: list, drawn: int) -> None:
+    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}live:gantt:{drawn}")
+    grid_area.plotly_chart(vv.hypothesis_grid(events, token_text=token_text), key=f"{P}live:grid:{drawn}")
+
+
+def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
+    """Every run of the plan under the engine's lock; the method's Gantt and grid redrawn as its events arrive."""
+    runs: dict[str, dict] = {}
+    throttle, drawn = vh.LiveThrottle(), 0
+    with engine_lock(dtype):
+        for index, (name, (method, run_options)) in enumerate(plan.items()):
+            events: list = []
+            runs[name] = {"method": method, "options": run_options, "events": events}
+            if vh.needs_warmup(method, run_options):
+                status_area.caption("starting the draft lane (a worker process that loads the draft once)…")
+                engine.run(prompt, method, max_new_tokens=1, temperature=temperature, **run_options)
+            status_area.caption(f"running {name}…")
+            with pinned("cpu0") if vh.pin_to_one_core(method, run_options, one_core) else nullcontext():
+                for event in engine.generate(prompt, method, max_new_tokens=max_new_tokens, temperature=temperature,
+                                             **run_options):
+                    events.append(event)
+                    if index == 0 and throttle.due():
+                        draw_live(events, drawn)
+                        drawn += 1
+    status_area.empty()
+    return runs
+
+
+if generate:
+    st.session_state.pop("mirror_run", None)
+    try:
+        runs = stream(vh.run_plan("mirror", options, compare))
+        st.session_state["mirror_run"] = {"id": uuid.uuid4().hex, "runs": runs, "main": next(iter(runs)), "why": why}
+    except (ValueError, OSError, LaneError) as error:  # the engine names the problem (bad input, a lane that died)
+        gantt_area.empty()
+        grid_area.empty()
+        status_area.empty()
+        st.error(str(error))
+
+
+# --- results ------------------------------------------------------------------------------------
+def show_metrics(record: dict, metrics: dict) -> None:
+    values = vh.metric_values(metrics)
+    for column, (label, value) in zip(st.columns(len(values)), values.items()):
+        column.metric(label, value, help=vh.METRIC_HELP[label])
+    st.caption(vh.run_caption(record["runs"][record["main"]]["events"]))
+
+
+def show_law(record: dict, metrics: dict) -> None:
+    st.subheader("The latency law beside the measurement")
+    sd = record["runs"].get(vh.SD_BASELINE)
+    left, right = st.columns(2)
+    left.dataframe(pd.DataFrame(vh.law_rows(metrics, sd["events"] if sd else None)).set_index("quantity"),
+                   key=f"{P}law_table")
+    right.dataframe(pd.DataFrame(vh.cost_rows(metrics)).set_index("cost"), key=f"{P}cost_table")
+    st.caption("The law's inputs are this run's own means, so 'measured ÷ law' is what the law leaves out: in lanes "
+               "mode mostly the two processes slowing each other down and messages that wait for a busy receiver. "
+               "A serial run should come near the no-overlap line." + ("" if sd else " Tick 'also run sps' for the "
+                                                                       "speedup over vanilla SD."))
+
+
+def show_round(record: dict) -> None:
+    events = record["runs"][record["main"]]["events"]
+    rounds = vh.rounds_with(events, EeMessage)
+    if not rounds:
+        return
+    st.subheader("One round's bet: the hypothesis grid")
+    first = vh.default_round(events, EeMessage)
+    chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
+    st.plotly_chart(vv.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
+    overlap = vv.overlap_rate(events)
+    if overlap["omega"] is not None:
+        st.caption(f"Ω_κ measured: the target's token was in the early exit's top-{overlap['kappa']} at "
+                   f"{overlap['in_top_k']} of {overlap['positions']} verified positions (Ω = {overlap['omega']:.2f}; "
+                   f"by rank {overlap['rank_counts']}). The paper bounds the fallback rate by 1 − Ω_κ.")
+
+
+def show_split(record: dict) -> None:
+    split = vv.draft_time_split(record["runs"][record["main"]]["events"])
+    if split:
+        st.subheader("Draft work per round: hidden under the target, or exposed")
+        frame = pd.DataFrame(split).set_index("round")[["hidden_s", "exposed_s"]] * 1e3
+        st.bar_chart(frame.rename(columns={"hidden_s": "hidden ms", "exposed_s": "exposed ms"}),
+                     color=["#81c784", "#e57373"])
+
+
+record = st.session_state.get("mirror_run")
+if record is None:
+    if not generate:
+        gantt_area.info("Pick γ, κ, the exit and a mode, then press **Run Mirror-SD**.")
+else:
+    if record["why"]:
+        st.caption("This run used serial mode: " + record["why"].split(". ")[0] + ".")
+    events = record["runs"][record["main"]]["events"]
+    metrics = vv.verdict_metrics(events)
+    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
+    grid_area.empty()
+    show_metrics(record, metrics)
+    show_law(record, metrics)
+    show_round(record)
+    show_split(record)

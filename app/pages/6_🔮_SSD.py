@@ -1,0 +1,235 @@
+"""specviz dashboard page: SSD with SAGUARO sampling (paper 002), the speculation cache filling live.
+
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
+(``streamlit run app/dashboard.py``). The sidebar holds SSD's options (the lookahead K, the fan-out and its
+width f or budget B, SAGUARO's C, the backup, the mode), the generation settings and the model; the page
+holds the formula explorers (round time, fan-out), the prompt, the live two-lane Gantt and cache table, the
+metrics with the law beside them, the accepted-length histogram and the miss curve, and (optionally)
+synchronous SD with the same draft for the speedup.
+
+Decisions: as on the Mirror-SD page (one engine and lock for every page; lanes needs two cores, else serial;
+a 1-token warm-up before a lanes run; redraws at most every 0.4 s from the partial event list; "one core per
+lane" on by default).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from contextlib import nullcontext
+from pathlib import Path
+
+import streamlit as st
+
+APP = Path(__file__).resolve().parent.parent
+for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import pandas as pd  # noqa: E402
+
+import verdict_helpers as vh  # noqa: E402
+from engine_cache import engine_lock, model_picker  # noqa: E402
+from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
+from engines.speculation_cache import fit_power_law  # noqa: E402
+from engines.trace import CacheBuild, CacheLookup  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+from specviz import verdict_views as vv  # noqa: E402
+from specviz.ppsd_views import one_token  # noqa: E402
+
+P = "ssd:"  # widget key prefix
+st.set_page_config(page_title="specviz — SSD", page_icon="🔮", layout="wide")
+
+# --- explanation --------------------------------------------------------------------------------
+st.title("🔮 SSD: speculate on the speculation, live")
+st.markdown(
+    "Even with a fast draft, speculative decoding is serial: the draft cannot start the next window before it "
+    "knows the verdict, k drafts accepted and the bonus token t*. **SSD** runs the draft on its own lane "
+    "*during* verification. It guesses the likely verdicts (the top-F_k tokens of its own z_k for every k), "
+    "pre-speculates a window after each into a **speculation cache**, and answers the real verdict from the "
+    "cache (a *hit*) or with a **backup** on the critical path (a *miss*). Round time (§5.6): "
+    "max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup. **SAGUARO** (C < 1) draws each draft token with its "
+    "top tokens down-weighted, which pushes the target's residual onto the cached guesses; verification uses "
+    "exactly that distribution, so the run stays lossless.")
+
+# --- sidebar ------------------------------------------------------------------------------------
+method_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
+with model_box:
+    dtype, engine = model_picker(P)
+capacity = lane_capacity(engine.device)
+
+with method_box:
+    st.header("SSD")
+    lookahead = int(st.number_input("K: lookahead", 1, 16, 5, key=f"{P}lookahead", help="Draft tokens per window."))
+    fanout = st.selectbox("fan-out", list(vh.FANOUTS), key=f"{P}fanout",
+                          help="uniform: f guesses for every k; geometric: F_k ∝ P(A = k)^{1/(1+r)} within the "
+                               "budget B, with a_p and r refitted from the run's own log.")
+    f = int(st.number_input("f: guesses per k (uniform)", 1, 64, 2, key=f"{P}f", disabled=fanout != "uniform"))
+    budget = int(st.number_input("B: cache budget (geometric)", 1, 256, 12, key=f"{P}budget",
+                                 disabled=fanout != "geometric", help="Σ F_k ≤ B branches per round."))
+    c = float(st.slider("C: SAGUARO down-weight", 0.05, 1.0, 1.0, 0.05, key=f"{P}c",
+                        help="1 = off. Matters only when sampling (temperature > 0)."))
+    backup = st.selectbox("backup", list(vh.BACKUPS), format_func=vh.BACKUP_LABELS.get, key=f"{P}backup")
+    asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
+    mode, why = vh.effective_mode(asked, capacity)
+    if why:
+        st.warning(why)
+    compare = st.checkbox("also run sps (same draft, γ = K)", value=False, key=f"{P}compare",
+                          help="Synchronous SD: the measured speedup beside §5.6's formula.")
+    one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
+                           help="Run the serial schedule and sps on one core with one thread, as each lane of a "
+                                "lanes run does.")
+    st.caption("Draft: `tiny` (4 layers: the target's first two + two distilled).")
+
+with settings_box:
+    st.header("Generation")
+    max_new_tokens = int(st.number_input("max new tokens", 1, 256, 32, step=8, key=f"{P}max_new_tokens"))
+    temperature = float(st.slider("temperature", 0.0, 1.5, 0.0, 0.05, key=f"{P}temperature",
+                                  help="0 = greedy; SAGUARO's C matters only when sampling (seed 0)."))
+
+options = vh.ssd_options(lookahead, fanout, f, budget, c, backup, mode)
+
+# --- the formulas -------------------------------------------------------------------------------
+with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the knobs", expanded=False):
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Round time**")
+        t_v = st.slider("T_v: verify ms", 1.0, 100.0, 30.0, 0.5, key=f"{P}x:verify")
+        t_d = st.slider("T_d(K): SD's draft ms", 0.0, 100.0, 12.0, 0.5, key=f"{P}x:draft")
+        t_dw = st.slider("T_draftwork: glue + tree ms", 0.0, 150.0, 25.0, 0.5, key=f"{P}x:draftwork")
+        t_comm = st.slider("T_comm ms", 0.0, 20.0, 1.0, 0.1, key=f"{P}x:comm")
+        t_b = st.slider("T_backup ms", 0.0, 100.0, 12.0, 0.5, key=f"{P}x:backup")
+        hit = st.slider("P(hit)", 0.0, 1.0, 0.5, 0.01, key=f"{P}x:hit")
+        x = vh.ssd_explorer(t_v, t_d, t_dw, t_comm, t_b, hit)
+        cols = st.columns(3)
+        cols[0].metric("SD vs SSD round", f"{x['t_sd_ms']:.1f} vs {x['t_round_ms']:.1f} ms",
+                       help="T_d(K) + T_v against max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup.")
+        cols[1].metric("SSD / SD", f"{x['ratio']:.2f}×")
+        cols[2].metric("bound at P(hit) = 1", f"{x['bound']:.2f}×", help="1 + T_d(K)/T_v.")
+        st.caption("The draft work is " + ("hidden under T_v." if x["hidden"] else
+                                           "longer than T_v: it sets the pace, hits or not."))
+    with right:
+        st.markdown("**Fan-out**")
+        a_p = st.slider("a_p: per-draft acceptance", 0.05, 0.95, 0.6, 0.01, key=f"{P}x:a_p")
+        r = st.slider("r: miss exponent", 0.05, 2.0, 0.5, 0.05, key=f"{P}x:r")
+        x_budget = st.slider("B: budget", 1, 64, 24, key=f"{P}x:budget")
+        x_k = st.slider("K: lookahead", 1, 10, 7, key=f"{P}x:k")
+        st.plotly_chart(vv.fanout_figure(a_p, r, x_budget, x_k), key=f"{P}fanout_figure")
+
+# --- prompt -------------------------------------------------------------------------------------
+prompt = prompt_picker(example_prompts(), P, "qa")
+generate = st.button("Run SSD" if mode == asked else "Run SSD (serial mode)", type="primary", key=f"{P}generate")
+status_area, gantt_area, cache_area = st.empty(), st.empty(), st.empty()
+token_text = one_token(engine.detokenize)
+
+
+# --- running ------------------------------------------------------------------------------------
+def draw_live(events: list, drawn: int) -> None:
+    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}live:gantt:{drawn}")
+    cache_area.plotly_chart(vv.ssd_cache_table(events, token_text=token_text), key=f"{P}live:cache:{drawn}")
+
+
+def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
+    """Every run of the plan under the engine's lock; the method's Gantt and cache redrawn as its events arrive."""
+    runs: dict[str, dict] = {}
+    throttle, drawn = vh.LiveThrottle(), 0
+    with engine_lock(dtype):
+        for index, (name, (method, run_options)) in enumerate(plan.items()):
+            events: list = []
+            runs[name] = {"method": method, "options": run_options, "events": events}
+            if vh.needs_warmup(method, run_options):
+                status_area.caption("starting the draft lane (a worker process that loads the draft once)…")
+                engine.run(prompt, method, max_new_tokens=1, temperature=temperature, **run_options)
+            status_area.caption(f"running {name}…")
+            with pinned("cpu0") if vh.pin_to_one_core(method, run_options, one_core) else nullcontext():
+                for event in engine.generate(prompt, method, max_new_tokens=max_new_tokens, temperature=temperature,
+                                             **run_options):
+                    events.append(event)
+                    if index == 0 and throttle.due():
+                        draw_live(events, drawn)
+                        drawn += 1
+    status_area.empty()
+    return runs
+
+
+if generate:
+    st.session_state.pop("ssd_run", None)
+    try:
+        runs = stream(vh.run_plan("ssd", options, compare))
+        st.session_state["ssd_run"] = {"id": uuid.uuid4().hex, "runs": runs, "main": next(iter(runs)), "why": why}
+    except (ValueError, OSError, LaneError) as error:  # the engine names the problem (bad input, a lane that died)
+        gantt_area.empty()
+        cache_area.empty()
+        status_area.empty()
+        st.error(str(error))
+
+
+# --- results ------------------------------------------------------------------------------------
+def show_metrics(record: dict, metrics: dict) -> None:
+    values = vh.metric_values(metrics)
+    for column, (label, value) in zip(st.columns(len(values)), values.items()):
+        column.metric(label, value, help=vh.METRIC_HELP[label])
+    st.caption(vh.run_caption(record["runs"][record["main"]]["events"]))
+
+
+def show_law(record: dict, metrics: dict) -> None:
+    st.subheader("The latency law beside the measurement")
+    sd = record["runs"].get(vh.SD_BASELINE)
+    left, right = st.columns(2)
+    left.dataframe(pd.DataFrame(vh.law_rows(metrics, sd["events"] if sd else None)).set_index("quantity"),
+                   key=f"{P}law_table")
+    right.dataframe(pd.DataFrame(vh.cost_rows(metrics)).set_index("cost"), key=f"{P}cost_table")
+    st.caption("The law's inputs are this run's own means, so 'measured ÷ law' is what the law leaves out: in lanes "
+               "mode mostly the two processes slowing each other down and messages that wait for a busy receiver. "
+               "A serial run should come near the no-overlap line." + ("" if sd else " Tick 'also run sps' for the "
+                                                                       "speedup over synchronous SD."))
+
+
+def show_cache(record: dict) -> None:
+    events = record["runs"][record["main"]]["events"]
+    rounds = vh.rounds_with(events, CacheBuild)
+    if not rounds:
+        return
+    st.subheader("The speculation cache, round by round")
+    first = vh.default_round(events, CacheBuild)
+    chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
+    st.plotly_chart(vv.ssd_cache_table(events, chosen, token_text=token_text), key=f"{P}cache")
+
+
+def show_fits(record: dict) -> None:
+    events = record["runs"][record["main"]]["events"]
+    lookups = [e for e in events if isinstance(e, CacheLookup)]
+    if not lookups:
+        return
+    st.subheader("What the fan-out should be: accepted lengths and the miss curve")
+    left, right = st.columns(2)
+    left.plotly_chart(vv.k_histogram(events), key=f"{P}k_histogram")
+    right.plotly_chart(vv.hit_rate_vs_fanout(events), key=f"{P}miss_curve")
+    a_p = vv.fit_acceptance(events)
+    c_fit, r_fit = fit_power_law([x.rank for x in lookups])
+    c_fit = min(c_fit, 1.0)  # a fitted miss rate above 1 at F = 1 means nothing: cap c at 1
+    builds = [e for e in events if isinstance(e, CacheBuild)]
+    if a_p is not None and builds and r_fit > 0:
+        k = len(builds[-1].fanout) - 1
+        shown_budget = max(sum(builds[-1].fanout), 1)
+        st.plotly_chart(vv.fanout_figure(a_p, r_fit, shown_budget, k, c=c_fit), key=f"{P}fitted_fanout")
+        st.caption(f"The §5.3 optimum at this run's fitted a_p = {a_p:.2f} and r = {r_fit:.2f} (c = {c_fit:.2f}), "
+                   f"for its own budget of {shown_budget} guesses; measured hit rate "
+                   f"{sum(x.hit for x in lookups) / len(lookups):.2f} over {len(lookups)} lookups.")
+
+
+record = st.session_state.get("ssd_run")
+if record is None:
+    if not generate:
+        gantt_area.info("Pick K, the fan-out, C, the backup and a mode, then press **Run SSD**.")
+else:
+    if record["why"]:
+        st.caption("This run used serial mode: " + record["why"].split(". ")[0] + ".")
+    events = record["runs"][record["main"]]["events"]
+    metrics = vv.verdict_metrics(events)
+    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
+    cache_area.empty()
+    show_metrics(record, metrics)
+    show_law(record, metrics)
+    show_cache(record)
+    show_fits(record)
