@@ -73,9 +73,10 @@ def mirror_options(gamma: int, kappa: int, exit_layer: int, exit_head: str, draf
             "rule": rule, "mode": mode}
 
 
-def ssd_options(lookahead: int, fanout: str, f: int, budget: int, c: float, backup: str, mode: str) -> dict:
+def ssd_options(lookahead: int, fanout: str, f: int, budget: int, c: float, backup: str, mode: str,
+                draft: str = "tiny") -> dict:
     return {"lookahead": lookahead, "fanout": fanout, "f": f, "budget": budget, "c": float(c), "backup": backup,
-            "draft": "tiny", "mode": mode}
+            "draft": draft, "mode": mode}
 
 
 def run_label(method: str, options: Mapping) -> str:

@@ -314,6 +314,13 @@ class Backup(Event):
 
 
 @dataclass
+class FallbackRollout(Backup):
+    """Mirror-SD's fallback: no branch matched the verdict, so a fresh rollout ran on the critical path."""
+
+    kind: ClassVar[str] = "fallback_rollout"
+
+
+@dataclass
 class Saguaro(Event):
     """SAGUARO sampling for one window: down-weight C on each position's top-F, and the draft probability
     mass moved off those tokens (which the residual then pushes back onto them)."""
@@ -327,7 +334,7 @@ class Saguaro(Event):
 EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
                                          ShallowVerification, KvRollback, StageCompute, ActivationSend, Check,
                                          Flush, KvTruncate, LaneMessage, EeMessage, BranchRollout, CacheBuild,
-                                         CacheLookup, ReuseDecision, Backup, Saguaro)}
+                                         CacheLookup, ReuseDecision, Backup, FallbackRollout, Saguaro)}
 EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
 DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind,
                   StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind, LaneMessage.kind,

@@ -32,8 +32,8 @@ from .sampling import Sampler
 from .speculation_cache import (Root, SpeculationCache, Window, fit_power_law, geometric_fanout, saguaro,
                                 uniform_fanout)
 from .speculative import verification_event
-from .trace import (Backup, BranchRollout, CacheBuild, CacheLookup, EeMessage, LaneMessage, Prefill, ReuseDecision,
-                    Saguaro, StageSpan)
+from .trace import (Backup, BranchRollout, CacheBuild, CacheLookup, EeMessage, FallbackRollout, LaneMessage, Prefill,
+                    ReuseDecision, Saguaro, StageSpan)
 from .verify import Verdict, verify_chain
 
 HIT, MISS = 1, 0
@@ -335,8 +335,9 @@ def _backup(lane: Lane, drafter: BranchDrafter, plan: Plan, committed: list[int]
     else:
         branch, _ = drafter.jit(committed, plan.window, sampler, shape)
         window = branch.window()
-    yield Emit(Backup(t=lane.now(), lane=lane.name, round=round_, backup=kind, tokens=len(window), start=began,
-                      end=lane.now()))
+    event = FallbackRollout if kind == "fallback" else Backup
+    yield Emit(event(t=lane.now(), lane=lane.name, round=round_, backup=kind, tokens=len(window), start=began,
+                     end=lane.now()))
     return window
 
 

@@ -160,8 +160,8 @@ def kinds(events) -> set[str]:
 def test_mirror_events_carry_the_early_exit_and_each_reuse_decision(engine):
     result = engine.run(PROMPT, "mirror", max_new_tokens=24, draft="other", mode="serial", exit_layer=2, kappa=3,
                         gamma=3)
-    assert {"ee_message", "branch_rollout", "reuse_decision", "cache_lookup", "backup", "lane_message",
-            "stage_span"} <= kinds(result.events)
+    assert {"ee_message", "branch_rollout", "reuse_decision", "cache_lookup", "backup", "fallback_rollout",
+            "lane_message", "stage_span"} <= kinds(result.events)
     ee = next(e for e in result.events if e.kind == "ee_message")
     assert len(ee.ids) == 4 and all(len(row) == 3 for row in ee.ids) and ee.bytes > 0
     rollout = next(e for e in result.events if e.kind == "branch_rollout")
@@ -171,7 +171,8 @@ def test_mirror_events_carry_the_early_exit_and_each_reuse_decision(engine):
     assert [d.outcome != "fallback" for d in decisions] == [lookup.hit for lookup in lookups]
     for d in decisions:
         assert d.outcome == "fallback" or d.outcome == ("root_hit" if d.accepted == 0 else "depth_hit")
-    fallbacks = [e for e in result.events if e.kind == "backup" and e.backup == "fallback"]
+    fallbacks = [e for e in result.events if e.kind == "fallback_rollout"]
+    assert all(e.backup == "fallback" for e in fallbacks)
     assert len(fallbacks) == sum(d.outcome == "fallback" for d in decisions)
     stages = {(e.lane.split("/")[-1], e.stage) for e in result.events if e.kind == "stage_span"}
     assert {("target", "prefix"), ("target", "suffix"), ("target", "wait"), ("draft", "glue")} <= stages

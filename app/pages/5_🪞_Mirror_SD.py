@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-from contextlib import nullcontext
 from pathlib import Path
 
 import streamlit as st
@@ -33,16 +32,18 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
         sys.path.insert(0, str(path))
 
 import pandas as pd  # noqa: E402
-
 import verdict_helpers as vh  # noqa: E402
-from engine_cache import engine_lock, model_picker  # noqa: E402
-from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
+import verdict_page as vp  # noqa: E402
+from engines.methods.mirror import MirrorConfig  # noqa: E402
+from engine_cache import model_picker  # noqa: E402
+from engines.lanes import LaneError, lane_capacity  # noqa: E402
 from engines.trace import EeMessage  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from specviz import verdict_views as vv  # noqa: E402
 from specviz.ppsd_views import one_token  # noqa: E402
 
 P = "mirror:"  # widget key prefix
+DEFAULTS = MirrorConfig()  # the method's own defaults start the widgets
 st.set_page_config(page_title="specviz — Mirror-SD", page_icon="🪞", layout="wide")
 
 # --- explanation --------------------------------------------------------------------------------
@@ -66,8 +67,8 @@ capacity = lane_capacity(engine.device)
 
 with method_box:
     st.header("Mirror-SD")
-    gamma = int(st.number_input("γ: window", 1, 16, 5, key=f"{P}gamma", help="Draft tokens per round."))
-    kappa = int(st.number_input("κ: top-κ of the early exit", 1, 16, 4, key=f"{P}kappa",
+    gamma = int(st.number_input("γ: window", 1, 16, DEFAULTS.gamma, key=f"{P}gamma", help="Draft tokens per round."))
+    kappa = int(st.number_input("κ: top-κ of the early exit", 1, 16, DEFAULTS.kappa, key=f"{P}kappa",
                                 help="Candidates per position; the draft rolls out (γ+1)·κ branches per round."))
     exit_head = st.selectbox("exit head", list(vh.EXIT_HEADS), format_func=vh.EXIT_HEAD_LABELS.get,
                              key=f"{P}exit_head")
@@ -137,26 +138,8 @@ def draw_live(events: list, drawn: int) -> None:
 
 
 def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
-    """Every run of the plan under the engine's lock; the method's Gantt and grid redrawn as its events arrive."""
-    runs: dict[str, dict] = {}
-    throttle, drawn = vh.LiveThrottle(), 0
-    with engine_lock(dtype):
-        for index, (name, (method, run_options)) in enumerate(plan.items()):
-            events: list = []
-            runs[name] = {"method": method, "options": run_options, "events": events}
-            if vh.needs_warmup(method, run_options):
-                status_area.caption("starting the draft lane (a worker process that loads the draft once)…")
-                engine.run(prompt, method, max_new_tokens=1, temperature=temperature, **run_options)
-            status_area.caption(f"running {name}…")
-            with pinned("cpu0") if vh.pin_to_one_core(method, run_options, one_core) else nullcontext():
-                for event in engine.generate(prompt, method, max_new_tokens=max_new_tokens, temperature=temperature,
-                                             **run_options):
-                    events.append(event)
-                    if index == 0 and throttle.due():
-                        draw_live(events, drawn)
-                        drawn += 1
-    status_area.empty()
-    return runs
+    return vp.stream_plan(engine, dtype, prompt, plan, max_new_tokens=max_new_tokens, temperature=temperature,
+                          one_core=one_core, status_area=status_area, draw_live=draw_live)
 
 
 if generate:
@@ -172,26 +155,6 @@ if generate:
 
 
 # --- results ------------------------------------------------------------------------------------
-def show_metrics(record: dict, metrics: dict) -> None:
-    values = vh.metric_values(metrics)
-    for column, (label, value) in zip(st.columns(len(values)), values.items()):
-        column.metric(label, value, help=vh.METRIC_HELP[label])
-    st.caption(vh.run_caption(record["runs"][record["main"]]["events"]))
-
-
-def show_law(record: dict, metrics: dict) -> None:
-    st.subheader("The latency law beside the measurement")
-    sd = record["runs"].get(vh.SD_BASELINE)
-    left, right = st.columns(2)
-    left.dataframe(pd.DataFrame(vh.law_rows(metrics, sd["events"] if sd else None)).set_index("quantity"),
-                   key=f"{P}law_table")
-    right.dataframe(pd.DataFrame(vh.cost_rows(metrics)).set_index("cost"), key=f"{P}cost_table")
-    st.caption("The law's inputs are this run's own means, so 'measured ÷ law' is what the law leaves out: in lanes "
-               "mode mostly the two processes slowing each other down and messages that wait for a busy receiver. "
-               "A serial run should come near the no-overlap line." + ("" if sd else " Tick 'also run sps' for the "
-                                                                       "speedup over vanilla SD."))
-
-
 def show_round(record: dict) -> None:
     events = record["runs"][record["main"]]["events"]
     rounds = vh.rounds_with(events, EeMessage)
@@ -228,7 +191,7 @@ else:
     metrics = vv.verdict_metrics(events)
     gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
     grid_area.empty()
-    show_metrics(record, metrics)
-    show_law(record, metrics)
+    vp.show_metrics(record, metrics)
+    vp.show_law(record, metrics, P, "vanilla SD")
     show_round(record)
     show_split(record)

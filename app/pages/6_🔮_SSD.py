@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-from contextlib import nullcontext
 from pathlib import Path
 
 import streamlit as st
@@ -26,11 +25,11 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-import pandas as pd  # noqa: E402
-
 import verdict_helpers as vh  # noqa: E402
-from engine_cache import engine_lock, model_picker  # noqa: E402
-from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
+import verdict_page as vp  # noqa: E402
+from engines.methods.ssd import SsdConfig  # noqa: E402
+from engine_cache import model_picker  # noqa: E402
+from engines.lanes import LaneError, lane_capacity  # noqa: E402
 from engines.speculation_cache import fit_power_law  # noqa: E402
 from engines.trace import CacheBuild, CacheLookup  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
@@ -38,6 +37,7 @@ from specviz import verdict_views as vv  # noqa: E402
 from specviz.ppsd_views import one_token  # noqa: E402
 
 P = "ssd:"  # widget key prefix
+DEFAULTS = SsdConfig()  # the method's own defaults start the widgets
 st.set_page_config(page_title="specviz — SSD", page_icon="🔮", layout="wide")
 
 # --- explanation --------------------------------------------------------------------------------
@@ -60,16 +60,20 @@ capacity = lane_capacity(engine.device)
 
 with method_box:
     st.header("SSD")
-    lookahead = int(st.number_input("K: lookahead", 1, 16, 5, key=f"{P}lookahead", help="Draft tokens per window."))
+    lookahead = int(st.number_input("K: lookahead", 1, 16, DEFAULTS.lookahead, key=f"{P}lookahead",
+                                    help="Draft tokens per window."))
     fanout = st.selectbox("fan-out", list(vh.FANOUTS), key=f"{P}fanout",
                           help="uniform: f guesses for every k; geometric: F_k ∝ P(A = k)^{1/(1+r)} within the "
                                "budget B, with a_p and r refitted from the run's own log.")
-    f = int(st.number_input("f: guesses per k (uniform)", 1, 64, 2, key=f"{P}f", disabled=fanout != "uniform"))
-    budget = int(st.number_input("B: cache budget (geometric)", 1, 256, 12, key=f"{P}budget",
+    f = int(st.number_input("f: guesses per k (uniform)", 1, 64, DEFAULTS.f, key=f"{P}f", disabled=fanout != "uniform"))
+    budget = int(st.number_input("B: cache budget (geometric)", 1, 256, DEFAULTS.budget, key=f"{P}budget",
                                  disabled=fanout != "geometric", help="Σ F_k ≤ B branches per round."))
     c = float(st.slider("C: SAGUARO down-weight", 0.05, 1.0, 1.0, 0.05, key=f"{P}c",
                         help="1 = off. Matters only when sampling (temperature > 0)."))
     backup = st.selectbox("backup", list(vh.BACKUPS), format_func=vh.BACKUP_LABELS.get, key=f"{P}backup")
+    draft = st.selectbox("draft", ["tiny", "ss"], key=f"{P}draft", format_func=vh.DRAFT_LABELS.get,
+                         help="tiny: the paper's setting, one token per draft forward; ss: 1 + 2 tokens per forward "
+                              "(this project's extension).")
     asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
     mode, why = vh.effective_mode(asked, capacity)
     if why:
@@ -87,7 +91,7 @@ with settings_box:
     temperature = float(st.slider("temperature", 0.0, 1.5, 0.0, 0.05, key=f"{P}temperature",
                                   help="0 = greedy; SAGUARO's C matters only when sampling (seed 0)."))
 
-options = vh.ssd_options(lookahead, fanout, f, budget, c, backup, mode)
+options = vh.ssd_options(lookahead, fanout, f, budget, c, backup, mode, draft)
 
 # --- the formulas -------------------------------------------------------------------------------
 with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the knobs", expanded=False):
@@ -130,26 +134,8 @@ def draw_live(events: list, drawn: int) -> None:
 
 
 def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
-    """Every run of the plan under the engine's lock; the method's Gantt and cache redrawn as its events arrive."""
-    runs: dict[str, dict] = {}
-    throttle, drawn = vh.LiveThrottle(), 0
-    with engine_lock(dtype):
-        for index, (name, (method, run_options)) in enumerate(plan.items()):
-            events: list = []
-            runs[name] = {"method": method, "options": run_options, "events": events}
-            if vh.needs_warmup(method, run_options):
-                status_area.caption("starting the draft lane (a worker process that loads the draft once)…")
-                engine.run(prompt, method, max_new_tokens=1, temperature=temperature, **run_options)
-            status_area.caption(f"running {name}…")
-            with pinned("cpu0") if vh.pin_to_one_core(method, run_options, one_core) else nullcontext():
-                for event in engine.generate(prompt, method, max_new_tokens=max_new_tokens, temperature=temperature,
-                                             **run_options):
-                    events.append(event)
-                    if index == 0 and throttle.due():
-                        draw_live(events, drawn)
-                        drawn += 1
-    status_area.empty()
-    return runs
+    return vp.stream_plan(engine, dtype, prompt, plan, max_new_tokens=max_new_tokens, temperature=temperature,
+                          one_core=one_core, status_area=status_area, draw_live=draw_live)
 
 
 if generate:
@@ -165,26 +151,6 @@ if generate:
 
 
 # --- results ------------------------------------------------------------------------------------
-def show_metrics(record: dict, metrics: dict) -> None:
-    values = vh.metric_values(metrics)
-    for column, (label, value) in zip(st.columns(len(values)), values.items()):
-        column.metric(label, value, help=vh.METRIC_HELP[label])
-    st.caption(vh.run_caption(record["runs"][record["main"]]["events"]))
-
-
-def show_law(record: dict, metrics: dict) -> None:
-    st.subheader("The latency law beside the measurement")
-    sd = record["runs"].get(vh.SD_BASELINE)
-    left, right = st.columns(2)
-    left.dataframe(pd.DataFrame(vh.law_rows(metrics, sd["events"] if sd else None)).set_index("quantity"),
-                   key=f"{P}law_table")
-    right.dataframe(pd.DataFrame(vh.cost_rows(metrics)).set_index("cost"), key=f"{P}cost_table")
-    st.caption("The law's inputs are this run's own means, so 'measured ÷ law' is what the law leaves out: in lanes "
-               "mode mostly the two processes slowing each other down and messages that wait for a busy receiver. "
-               "A serial run should come near the no-overlap line." + ("" if sd else " Tick 'also run sps' for the "
-                                                                       "speedup over synchronous SD."))
-
-
 def show_cache(record: dict) -> None:
     events = record["runs"][record["main"]]["events"]
     rounds = vh.rounds_with(events, CacheBuild)
@@ -229,7 +195,7 @@ else:
     metrics = vv.verdict_metrics(events)
     gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
     cache_area.empty()
-    show_metrics(record, metrics)
-    show_law(record, metrics)
+    vp.show_metrics(record, metrics)
+    vp.show_law(record, metrics, P, "synchronous SD")
     show_cache(record)
     show_fits(record)
