@@ -82,9 +82,9 @@ def test_mirror_page_serial_run_beside_sps():
     record = at.session_state["mirror_run"]
     assert list(record["runs"]) == ["mirror serial", vh.SD_BASELINE] and record["main"] == "mirror serial"
     run = record["runs"]["mirror serial"]
-    assert run["options"] == {"gamma": 5, "kappa": 4, "exit_layer": 15, "exit_head": "model", "draft": "ss",
+    assert run["options"] == {"gamma": 3, "kappa": 4, "exit_layer": 15, "exit_head": "model", "draft": "ss",
                               "rule": "sample", "mode": "serial"}
-    assert record["runs"][vh.SD_BASELINE]["options"] == {"gamma": 5, "draft": "ss"}
+    assert record["runs"][vh.SD_BASELINE]["options"] == {"gamma": 3, "draft": "ss"}
     assert run["events"][0].config["mode"] == "serial"
     check_metrics(at, run)
     assert len(gantts(at)) == 1
@@ -94,7 +94,7 @@ def test_mirror_page_serial_run_beside_sps():
     assert "law" in law.columns and "measured" in law.columns
     assert any(q.startswith("speedup over SD") for q in law.index), "with sps beside it, the speedup is known"
     assert costs["measured ms"].notna().any()
-    assert any(c.value.startswith("mirror(gamma=5") for c in at.caption)
+    assert any(c.value.startswith("mirror(gamma=3") for c in at.caption)
 
 
 def test_ssd_page_serial_run():
