@@ -366,7 +366,7 @@ def draft_worker(lane: Lane, source: str, dtype: str, draft: str, capacity: int,
     from), then serve one run."""
     device = lane.name if lane.name.startswith("cuda") else "cpu"
     module = _draft_module(source, dtype, device, draft)
-    sampler = Sampler(temperature, top_p, seed, device).for_lane(1)
+    sampler = Sampler(temperature, top_p, seed).for_lane(1)  # a CPU generator, as in serial mode: the same draws
     named = Lane(1, lanes[1], lane.now)
     return draft_lane(named, BranchDrafter(module, draft, capacity), Plan(**plan), sampler, lanes)
 

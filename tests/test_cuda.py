@@ -20,6 +20,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
 NEW_TOKENS = 40
 UNTRAINED = [("ar", {}), ("sps", {"draft_layers": 4, "gamma": 4}), ("pld", {}), ("eesd", {"exit_layer": 20, "gamma": 3})]
+# both lanes on the one GPU, in turn (mode=lanes needs a second device)
+VERDICT = [("mirror", {"mode": "serial"}), ("mirror", {"mode": "serial", "exit_head": "norm", "draft": "tiny"}),
+           ("ssd", {"mode": "serial", "fanout": "geometric", "c": 0.5})]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,7 @@ def cuda_engine() -> Engine:
 
 
 def _runs():
-    return UNTRAINED + [drafter_run_options(name) for name in available()]
+    return UNTRAINED + VERDICT + [drafter_run_options(name) for name in available()]
 
 
 @pytest.mark.parametrize("method,options", _runs(), ids=lambda v: v if isinstance(v, str) else "")
