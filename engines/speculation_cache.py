@@ -53,11 +53,9 @@ class SpeculationCache:
 
     def __init__(self):
         self.entries: dict[tuple[int, int], Window] = {}
-        self.roots: dict[tuple[int, int], Root] = {}
 
     def put(self, root: Root, window: Window) -> None:
         self.entries[(root.k, root.token)] = window
-        self.roots[(root.k, root.token)] = root
 
     def lookup(self, k: int, token: int) -> Window | None:
         return self.entries.get((k, token))

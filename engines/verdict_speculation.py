@@ -19,7 +19,7 @@ the distribution it was drawn from; which window is used depends only on the ver
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -385,7 +385,3 @@ def _say_ready():
 def await_ready():
     """Lane T's side of :func:`preload_worker`."""
     yield Recv(1)
-
-
-def plan_dict(plan: Plan) -> dict:
-    return asdict(plan)

@@ -8,6 +8,7 @@ The programs are in :mod:`engines.verdict_speculation`.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Iterator
 
 import torch
@@ -16,7 +17,7 @@ from ..decoding import DecodeContext
 from ..drafters.trained import draft_vocab, read_card
 from ..lanes import Lane, default_lanes, pinned, run_serial
 from ..trace import Event, Trace
-from ..verdict_speculation import Plan, await_ready, draft_lane, plan_dict, target_lane
+from ..verdict_speculation import Plan, await_ready, draft_lane, target_lane
 from ..branch_rollout import BranchDrafter
 from .base import Method, MethodConfig
 
@@ -102,7 +103,7 @@ class VerdictMethod(Method):
             group = engine.lane_group(names)
             args = {"source": str(engine.lanes_source()), "dtype": engine.dtype, "draft": self._draft_source(),
                     "capacity": capacity, "temperature": ctx.sampler.temperature, "top_p": ctx.sampler.top_p,
-                    "seed": ctx.sampler.seed, "plan": plan_dict(plan), "lanes": names}
+                    "seed": ctx.sampler.seed, "plan": asdict(plan), "lanes": names}
             with pinned(names[0]):
                 yield from group.run(target, ctx.trace,
                                      {1: {"program": "engines.verdict_speculation:draft_worker", "args": args}})
