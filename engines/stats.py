@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable
 
-from .trace import Commit, Event, Prefill, RunEnd, RunStart, StreamChunk
+from .trace import Commit, Event, LinkSend, Prefill, RunEnd, RunStart, StreamChunk
 
 
 @dataclass
@@ -36,6 +36,12 @@ class Stats:
     bytes_per_token: float = 0.0  # bytes_streamed ÷ new tokens
     peak_resident_bytes: int = 0  # weights in memory at the peak, streamed layers counted while loaded
     clock: str = "wall"  # "virtual": seconds replayed from measured per-operation costs, never wall time
+    # Client–server runs only (engines.client_server): the simulated link's share, already inside
+    # decode_seconds (clock "wall+link": measured compute plus simulated network time).
+    link_seconds: float = 0.0
+    link_bytes: int = 0
+    link_messages: int = 0
+    link_resends: int = 0
 
     DERIVED = ("acceptance_by_position", "positions_tested", "per_token_acceptance")
 
@@ -65,9 +71,15 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
     prefill_end = prefill_seconds = 0.0
     bytes_streamed = peak_resident_bytes = 0
     clock = "wall"
+    link_seconds, link_bytes, link_messages, link_resends = 0.0, 0, 0, 0
     for event in events:
         if isinstance(event, RunStart):
             clock = event.clock
+        if isinstance(event, LinkSend):
+            link_seconds += event.seconds
+            link_bytes += event.bytes
+            link_messages += 1
+            link_resends += event.attempts - 1
         if isinstance(event, StreamChunk):
             bytes_streamed += event.bytes
             peak_resident_bytes = max(peak_resident_bytes, event.resident_bytes)
@@ -79,7 +91,8 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
             prefill_end, prefill_seconds = event.t, event.seconds
         elif isinstance(event, RunEnd):
             end_time = event.t
-    rounds = [c for c in commits if c.round > 0]
+    # a disconnected client's own tokens (fate "client", engines.client_server) are no target call
+    rounds = [c for c in commits if c.round > 0 and "client" not in c.fates]
     new_tokens = sum(len(c.tokens) for c in commits)
     drafted = sum(c.drafted for c in rounds)
     accepted = sum(c.accepted for c in rounds)
@@ -111,4 +124,8 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
         bytes_per_token=bytes_streamed / new_tokens if new_tokens else 0.0,
         peak_resident_bytes=peak_resident_bytes,
         clock=clock,
+        link_seconds=link_seconds,
+        link_bytes=link_bytes,
+        link_messages=link_messages,
+        link_resends=link_resends,
     )

@@ -10,6 +10,8 @@ sent to verification; verifications carry each tried node's p, q and draw; commi
 3 — lanes and pipelines (stage computes, activations sent, checks, flushes, KV truncations; the run's
 clock, ``wall`` or ``virtual``). 4 — speculation on the verdict (Mirror-SD, SSD): early-exit messages, branch
 rollouts, speculation-cache builds and lookups, reuse decisions, backups, SAGUARO reweighting, lane messages.
+5 — Mixture of Attentions: LSA passes, draft-step time splits (SA / CA / TLI / head), messages over a simulated
+network link (bytes, simulated seconds, resends); the ``wall+link`` clock.
 Fields added after version 1 have defaults, so older traces still load and replay.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass
@@ -331,14 +333,57 @@ class Saguaro(Event):
     mass_moved: list  # per window position
 
 
+@dataclass
+class Lsa(Event):
+    """MoA's Layer Self-Attention over every layer's keys/values of the newly verified tokens (the server's
+    side of a cycle): it turns them into the drafter's cross-attention memory."""
+
+    kind: ClassVar[str] = "lsa"
+    round: int
+    n_tokens: int
+    seconds: float
+
+
+@dataclass
+class DraftStep(Event):
+    """Where one round's drafting time went in a MoA drafter: SA, CA, the target's last TLI layers, the head."""
+
+    kind: ClassVar[str] = "draft_step"
+    round: int
+    sa: float
+    ca: float
+    tli: float
+    head: float
+    steps: int  # drafter calls this round (root + one per tree level)
+
+
+@dataclass
+class LinkSend(Event):
+    """One message over the simulated client–server link: its real serialized size and the simulated
+    one-way seconds it took (delay, transfer, resends after losses). Always emitted: the run's
+    ``wall+link`` clock adds these seconds to the measured compute."""
+
+    kind: ClassVar[str] = "link_send"
+    round: int
+    direction: str  # "up": client → server (the draft tree); "down": server → client (verdict + activations)
+    bytes: int
+    seconds: float
+    attempts: int
+    packets: int
+    start: float = 0.0  # on the wall+link clock
+    content: str = ""  # what the message carries, for the message-size view
+
+
 EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
                                          ShallowVerification, KvRollback, StageCompute, ActivationSend, Check,
                                          Flush, KvTruncate, LaneMessage, EeMessage, BranchRollout, CacheBuild,
-                                         CacheLookup, ReuseDecision, Backup, FallbackRollout, Saguaro)}
+                                         CacheLookup, ReuseDecision, Backup, FallbackRollout, Saguaro, Lsa, DraftStep)}
 EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
+EVENT_TYPES[LinkSend.kind] = LinkSend  # client–server runs; always emitted (stats need it)
 DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind,
                   StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind, LaneMessage.kind,
-                  EeMessage.kind, BranchRollout.kind, CacheBuild.kind, ReuseDecision.kind, Saguaro.kind}
+                  EeMessage.kind, BranchRollout.kind, CacheBuild.kind, ReuseDecision.kind, Saguaro.kind, Lsa.kind,
+                  DraftStep.kind}
 
 
 def event_from_dict(record: dict) -> Event:

@@ -122,6 +122,9 @@ class Tally:
         self.clock = "wall"
         self.pipeline = PipelineTally()
         self.verdict = VerdictTally()
+        self.target_calls = 0
+        self.link_seconds = 0.0  # client–server runs (engines.client_server): the simulated link's share
+        self.link_bytes = self.link_messages = self.link_resends = 0
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
             target_calls: int | None = None, events=None):
@@ -145,6 +148,11 @@ class Tally:
             self.reached_by_position = _add_counts(self.reached_by_position, stats.reached_by_position)
             self.passed_by_position = _add_counts(self.passed_by_position, stats.passed_by_position)
             self.clock = stats.clock
+            self.target_calls += stats.target_calls
+            self.link_seconds += stats.link_seconds
+            self.link_bytes += stats.link_bytes
+            self.link_messages += stats.link_messages
+            self.link_resends += stats.link_resends
             if events is not None:
                 self.pipeline.add(pipeline_metrics(events))
                 if any(e.kind == "cache_lookup" for e in events):
@@ -178,7 +186,14 @@ class Tally:
             **(self.memory_summary() if self.budgeted else {}),
             **({"pipeline": self.pipeline.summary(tps)} if self.pipeline.runs else {}),
             **({"verdict": self.verdict.summary(tps)} if self.verdict.rounds else {}),
+            **({"link": self.link_summary()} if self.link_messages else {}),
         }
+
+    def link_summary(self) -> dict:
+        """Per answer (turn): server calls (prefill + verifications) and bytes; the link's share of the time."""
+        return {"server_calls_per_answer": self.target_calls / self.turns, "bytes_per_answer": self.link_bytes / self.turns,
+                "link_share": self.link_seconds / self.decode_seconds if self.decode_seconds else 0.0,
+                "messages": self.link_messages, "resends": self.link_resends}
 
     def memory_summary(self) -> dict:
         return {"bytes_streamed": self.bytes_streamed, "peak_resident_bytes": self.peak_resident_bytes,
@@ -424,7 +439,24 @@ def to_markdown(results: dict) -> str:
                  for c in categories]
         lines.append(f"| {label}{' · clock=virtual' if label in virtual else ''} | " + " | ".join(cells) + " |")
     return "\n".join(lines + position_table(methods) + pipeline_table(methods) + verdict_table(methods) +
-                     memory_table(setup, methods)) + "\n"
+                     link_table(methods) + memory_table(setup, methods)) + "\n"
+
+
+def link_table(methods: dict) -> list[str]:
+    """Client–server rows (clock wall+link): measured compute plus the simulated network's seconds."""
+    rows = {label: m["overall"]["link"] for label, m in methods.items() if "link" in m["overall"]}
+    if not rows:
+        return []
+    lines = ["", "## Client–server over a simulated link", "",
+             "tokens/s on the `wall+link` clock: compute measured on this machine, link seconds simulated and added "
+             "(`engines/client_server.py`). Server calls = prefill + one verification per cycle.", "",
+             "| method | tokens/s | τ | server calls / answer | KB / answer | link share of time | resends |",
+             "|---|---|---|---|---|---|---|"]
+    for label, link in rows.items():
+        o = methods[label]["overall"]
+        lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['tau'])} | {link['server_calls_per_answer']:.1f} | "
+                     f"{link['bytes_per_answer'] / 1e3:.1f} | {link['link_share']:.0%} | {link['resends']} |")
+    return lines
 
 
 def pipeline_table(methods: dict) -> list[str]:

@@ -111,6 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="bench-out", help="directory for results.json and results.md")
     add_memory_arguments(bench)
 
+    disconnect = commands.add_parser("disconnection", help="MoA's disconnection experiment: the client continues "
+                                                           "alone after B tokens (lossy); agreement with the connected run")
+    disconnect.add_argument("--methods", default="moa(network=local),eagle(network=local),eagle(network=local,draft=tiny)",
+                            help="comma-separated method specs, each with a network option")
+    disconnect.add_argument("--budgets", default="1,10,25,50", help="comma-separated B values")
+    disconnect.add_argument("--per-category", type=int, default=1)
+    disconnect.add_argument("--max-new-tokens", type=int, default=128)
+    disconnect.add_argument("--prompts", default=None)
+    disconnect.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    disconnect.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    disconnect.add_argument("--out", default="bench-out")
     distill = commands.add_parser("distill", help="have the target answer the training prompts (self-distillation corpus)")
     distill.add_argument("--out", default=None, help="default data/distill/corpus.jsonl (appends; resumable)")
     distill.add_argument("--per-category", type=int, default=100, help="training prompts per Spec-Bench group")
@@ -122,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
-    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats"])
+    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats", "moa"])
     train.add_argument("--corpus", default=None, help="default data/distill/corpus.jsonl")
     train.add_argument("--exit-layers", default="4,8,15", help="exit: comma-separated layers")
     train.add_argument("--heads", default="norm,layer", help="exit: norm and/or layer")
@@ -136,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "several verifiers from one teacher pass)")
     train.add_argument("--no-dm-adapter", action="store_true", help="cats: train shallow verifiers only, keep cats@L_DM")
     train.add_argument("--top-k", type=int, default=20, help="cats: support of the reduced top-K KL loss")
+    train.add_argument("--tli", default="0", help="moa: comma-separated Target Layer Inference depths (e.g. 0,1,3)")
+    train.add_argument("--no-lsa", action="store_true", help="moa: the −LSA ablation (CA memory = last hidden states)")
+    train.add_argument("--ablation", action="store_true", help="moa: also train the −LSA ablation at TLI 0")
+    train.add_argument("--separate-lsa", action="store_true",
+                       help="moa: train one LSA per TLI instead of sharing the first one's")
+    train.add_argument("--control", default=None,
+                       help="moa: also train an EAGLE head of this name on the same batches (an equal-budget control)")
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--batch-tokens", type=int, default=2048)
     train.add_argument("--lr", type=float, default=1e-3)
@@ -231,6 +249,23 @@ def bench_command(args) -> int:
     return 0
 
 
+def disconnection_command(args) -> int:
+    from .bench import split_methods
+    from .disconnection import measure_disconnection, write_disconnection
+
+    try:
+        budgets = tuple(int(b) for b in args.budgets.split(","))
+    except ValueError:
+        raise ValueError(f"budgets must be comma-separated integers, got {args.budgets!r}") from None
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    results = measure_disconnection(engine, split_methods(args.methods), budgets, args.prompts, args.per_category,
+                                    args.max_new_tokens)
+    path = write_disconnection(results, args.out)
+    print(path.with_suffix(".md").read_text())
+    print(f"wrote {path}")
+    return 0
+
+
 def distill_command(args) -> int:
     from engines.training.corpus import build_corpus, parse_modes
     from engines.training.recipes import DEFAULT_CORPUS
@@ -269,6 +304,13 @@ def train_command(args) -> int:
         except ValueError:
             raise ValueError(f"sv-layer must be comma-separated layer numbers, got {args.sv_layer!r}") from None
         options = {"dm_layer": None if args.no_dm_adapter else args.dm_layer, "sv_layer": sv_layers, "top_k": args.top_k}
+    elif args.drafter == "moa":
+        try:
+            tli = tuple(int(x) for x in args.tli.split(","))
+        except ValueError:
+            raise ValueError(f"tli must be comma-separated integers, got {args.tli!r}") from None
+        options = {"tli": tli, "lsa": not args.no_lsa, "share_lsa": not args.separate_lsa, "ablation": args.ablation,
+                   "control": args.control, "seed": args.seed}
     engine = Engine.load(dtype=args.dtype, device=args.device)
     previous_precision = torch.get_float32_matmul_precision()
     if args.device == "cuda":  # TF32 matmuls: distillation targets do not need fp32's last bits, and it is ~4× faster
@@ -378,7 +420,7 @@ def lane_worker_command(args) -> int:
     os._exit(0)  # as `python -m engines.lanes.worker` does: gloo's receives are still posted
 
 
-COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "train": train_command,
+COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "disconnection": disconnection_command, "train": train_command,
             "agreement": agreement_command}
 
 

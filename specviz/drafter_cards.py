@@ -22,6 +22,8 @@ def drafter_run_options(name: str) -> tuple[str, dict]:
     card = read_card(name)
     if card["kind"] in EESD_HEADS:
         return "eesd", {"exit_layer": card["exit_layer"], "head": EESD_HEADS[card["kind"]], "gamma": GAMMA}
+    if card["kind"] == "moa":  # a chain, as every other drafter's card measures
+        return "moa", {"drafter": name, "tree": False, "gamma": GAMMA}
     return "sps", {"draft": name, "gamma": GAMMA}
 
 

@@ -9,7 +9,8 @@ and builds the module in the target's dtype and device. Names:
 - ``exit@ℓ-norm`` / ``exit@ℓ-layer`` — early-exit heads for ``eesd``;
 - ``eagle`` — the EAGLE feature head (chain drafting in ``sps``; trees later);
 - ``ss`` — Draft-4L with speculative-streaming lookahead streams (``sps``; Mirror-SD's draft);
-- ``cats@ℓ`` — the CATS adapter at ℓ (draft boundary L_DM, shallow verifier L_SV); ``eesd(head=cats)``.
+- ``cats@ℓ`` — the CATS adapter at ℓ (draft boundary L_DM, shallow verifier L_SV); ``eesd(head=cats)``;
+- ``moa-tli{0,1,3}`` / ``moa-tli0-nolsa`` — Mixture-of-Attentions drafters (``moa``).
 
 Frozen parts shared with the target (embeddings, LM head, copied lower layers) are not stored: they
 are taken from the target at load time, which keeps every file small.
@@ -26,11 +27,12 @@ from safetensors.torch import load_file, save_file
 
 from ..layers import LayerStack
 from .heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from .moa import MoAHead
 from .model_draft import restrict_head_to_vocab, tiny_model
 from .streaming import StreamingDraft
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
-KINDS = ("tiny", "exit_norm", "exit_layer", "eagle", "ss", "cats_adapter")
+KINDS = ("tiny", "exit_norm", "exit_layer", "eagle", "ss", "cats_adapter", "moa")
 
 
 def drafts_dir() -> Path:
@@ -82,6 +84,8 @@ def build_module(card: dict, stack: LayerStack) -> torch.nn.Module:
         return StreamingDraft(stack, vocab_ids, card["layers"], card["stream_layers"], card["streams"])
     if kind == "tiny":
         return tiny_model(stack, card["layers"])
+    if kind == "moa":
+        return MoAHead(stack, vocab_ids, card["tli"], card["lsa"])
     raise ValueError(f"model card kind must be one of {KINDS}, got {kind!r}")
 
 

@@ -7,12 +7,13 @@ from .eagle import EagleTree
 from .eesd import EarlyExitSelfSpeculation
 from .pld import PromptLookup
 from .mirror import Mirror
+from .moa import MixtureOfAttentions
 from .ppsd import Ppsd
 from .sps import SpeculativeSampling
 from .ssd import Ssd
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats,
-                                              Ppsd, Mirror, Ssd)}
+                                              Ppsd, Mirror, Ssd, MixtureOfAttentions)}
 
 
 def get_method(name: str) -> type[Method]:

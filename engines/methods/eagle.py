@@ -9,7 +9,8 @@ the shipped ``tiny`` draft model, the target's first ℓ layers with its own hea
 norm exit head (``exit@ℓ-norm``), or any draft model ``sps`` takes (a local path or a name registered
 with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the same drafter compare like
 for like. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
-top-k children as point masses (:mod:`engines.tree`).
+top-k children as point masses (:mod:`engines.tree`). ``network`` splits it into a client (the drafter)
+and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.client_server`).
 
 Defaults, tuned on a 2-core AMD EPYC in bf16: depth 4, topk 4 (``specviz bench --per-category 1
 --max-new-tokens 96`` over depth 4–6 × topk 3–6, ``data/bench/bf16/eagle-defaults/``: 1.15× against
@@ -23,20 +24,22 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..client_server import client_server_decode
 from ..decoding import DecodeContext
 from ..drafters.heads import SharedHead
 from ..drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
 from ..layers import LayerStack
 from ..trace import Event
 from ..tree_decode import MAX_TREE_NODES, tree_decode
-from .base import AUTO, Method, MethodConfig, int_or_auto, require_int, require_int_or_auto
+from .base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
+from .link_config import LinkConfig
 
 TREE_DRAFTS = ("eagle", "tiny")
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 
 
 @dataclass
-class EagleConfig(MethodConfig):
+class EagleConfig(LinkConfig):
     depth: int = 4
     topk: int = 4
     total_tokens: int | str = "auto"
@@ -55,12 +58,27 @@ class EagleConfig(MethodConfig):
         exit_draft = EXIT_DRAFT.match(self.draft)
         if exit_draft:
             require_int("exit layer ℓ of draft exit@ℓ", int(exit_draft.group(1)), 1, n_layers - 1)
+        self.validate_link()
+        if self.client_server and exit_draft:  # the draft would run the target's own first layers: server-side
+            raise ValueError(f"client–server mode needs a draft the client can hold (eagle, tiny, a draft model), "
+                             f"got draft={self.draft!r}")
+
+
+def is_eagle_head(draft: str) -> bool:
+    """``eagle`` or another shipped EAGLE head (``eagle-matched``: trained beside MoA on its budget)."""
+    return draft == "eagle" or draft.startswith("eagle-")
 
 
 class EagleTree(Method):
     name = "eagle"
     Config = EagleConfig
     description = "EAGLE-2: a dynamic draft tree verified in one target call"
+
+    def __init__(self, config: EagleConfig, engine):
+        super().__init__(config, engine)
+        self.lossless = config.disconnect_after is None
+        if config.client_server:
+            self.clock = "wall+link"
 
     def prepare(self) -> None:
         super().prepare()
@@ -72,8 +90,8 @@ class EagleTree(Method):
         if exit_draft:
             head = engine.trained_drafter(draft) if exit_draft.group(2) else None
             return ExitTreeDrafter(engine.target, int(exit_draft.group(1)), head, f"{draft}-tree")
-        if draft == "eagle":
-            return EagleTreeDrafter(engine.trained_drafter("eagle"), name="eagle-tree")
+        if is_eagle_head(draft):
+            return EagleTreeDrafter(engine.trained_drafter(draft), name=f"{draft}-tree")
         if draft == "tiny":
             module = engine.trained_drafter("tiny")
             stack = LayerStack(module)
@@ -83,5 +101,11 @@ class EagleTree(Method):
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         auto = self.config.total_tokens == AUTO
         curve = self.engine.verify_cost() if auto else None
-        yield from tree_decode(ctx, self._drafter(), self.config.depth, self.config.topk,
-                               None if auto else self.config.total_tokens, curve.cost if curve else None)
+        total = None if auto else self.config.total_tokens
+        if self.config.client_server:
+            yield from client_server_decode(ctx, self._drafter(), self.config.link(), self.config.depth,
+                                            self.config.topk, total, curve.cost if curve else None,
+                                            self.config.disconnect_after)
+        else:
+            yield from tree_decode(ctx, self._drafter(), self.config.depth, self.config.topk, total,
+                                   curve.cost if curve else None)

@@ -52,7 +52,7 @@ class SpeculativeSampling(Method):
 
     def prepare(self) -> None:
         super().prepare()
-        if self.config.draft in TRAINED_DRAFTS:
+        if self.config.draft in TRAINED_DRAFTS or self.config.draft.startswith("eagle-"):
             self.engine.trained_drafter(self.config.draft)
         elif self.config.draft != "self":
             self.engine.draft_stack(self.config.draft)
@@ -61,8 +61,8 @@ class SpeculativeSampling(Method):
         draft = self.config.draft
         if draft == "self":
             drafter = ModelDrafter(ctx.target, self.config.draft_layers, f"self[:{self.config.draft_layers}]")
-        elif draft == "eagle":
-            drafter = EagleDrafter(self.engine.trained_drafter("eagle"))
+        elif draft == "eagle" or draft.startswith("eagle-"):  # eagle-matched: trained beside MoA
+            drafter = EagleDrafter(self.engine.trained_drafter(draft), name=draft)
         elif draft == "ss":
             drafter = StreamingDrafter(self.engine.trained_drafter("ss"))
         elif draft == "tiny":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..layers import LayerStack
+from ..layers import LayerStack, decoder_pass
 from .corpus import read_corpus
 
 
@@ -79,15 +79,44 @@ def batches(records: list[dict], max_tokens: int, seed: int, max_len: int = 512)
     return out
 
 
+class KeyValueCapture:
+    """Stands in for a KV cache in a whole-sequence pass and keeps every layer's keys and values (after
+    the rotary embedding, as a real cache holds them): MoA's drafter learns from all of them."""
+
+    def __init__(self):
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *_args, **_kwargs):
+        self.keys[layer_idx], self.values[layer_idx] = key, value
+        return key, value
+
+
 @torch.no_grad()
-def teacher(stack: LayerStack, batch: Batch, layers: tuple[int, ...], vocab_ids: torch.Tensor) -> dict:
+def teacher(stack: LayerStack, batch: Batch, layers: tuple[int, ...], vocab_ids: torch.Tensor,
+            keys_values: bool = False) -> dict:
     """Hidden states after each layer in ``layers`` ``[B, T, d]`` (fp32), the normed final feature,
-    and the target's log-probabilities on the draft vocabulary at the loss positions ``[M, V']``."""
-    states = stack.causal_states(batch.ids, layers)
+    and the target's log-probabilities on the draft vocabulary at the loss positions ``[M, V']``.
+    ``keys_values`` adds every layer's keys and values (``{layer: [B, H_kv, T, D]}``, fp32)."""
+    capture = KeyValueCapture() if keys_values else None
+    if capture is None:
+        states = stack.causal_states(batch.ids, layers)
+    else:
+        hidden, states = stack.embed(batch.ids), {}
+        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+        rotary = stack.backbone.rotary_emb(hidden, positions)
+        for i, layer in enumerate(stack.layers):
+            hidden = decoder_pass([layer], hidden, positions, rotary, None, capture)
+            if i + 1 in layers or i + 1 == stack.n_layers:
+                states[i + 1] = hidden
     final = stack.backbone.norm(states[stack.n_layers])
     logits = final[batch.loss_mask].float() @ stack.model.lm_head.weight[vocab_ids].float().T
-    return {"hidden": {layer: hidden.float() for layer, hidden in states.items()}, "feature": final.float(),
-            "logprobs": torch.log_softmax(logits, -1)}
+    signals = {"hidden": {layer: hidden.float() for layer, hidden in states.items()}, "feature": final.float(),
+               "logprobs": torch.log_softmax(logits, -1)}
+    if capture is not None:
+        signals["keys"] = {l: k.float() for l, k in capture.keys.items()}
+        signals["values"] = {l: v.float() for l, v in capture.values.items()}
+    return signals
 
 
 def distill_loss(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:

@@ -9,13 +9,15 @@ from typing import Callable
 import torch
 
 from ..drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from ..drafters.moa import MoAHead, moa_name
 from ..drafters.model_draft import tiny_model
+from ..model import cpu_supports_bf16
 from ..drafters.streaming import StreamingDraft
 from ..drafters.trained import exit_head_name, save_trained
 from ..layers import LayerStack
 from .data import draft_vocabulary, split_corpus, vocabulary_coverage
-from .train import (AdapterStudent, EagleStudent, ExitStudent, FitResult, StreamingStudent, Student, TinyStudent,
-                    TrainConfig, file_sha256, fit)
+from .train import (AdapterStudent, EagleStudent, ExitStudent, FitResult, MoAStudent, StreamingStudent, Student,
+                    TinyStudent, TrainConfig, file_sha256, fit)
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192
@@ -25,6 +27,8 @@ LOSSES = {
     "eagle": "SmoothL1(feature) + 0.1·KL(target ‖ head) on the draft vocabulary (EAGLE), noise 0.05·std on input features",
     "tiny": "KL(target ‖ draft) on the draft vocabulary",
     "ss": "KL(target ‖ main stream) + Σ_j w^j·CE(stream j → token t+1+j) on the draft vocabulary (future n-gram)",
+    "moa": "1.0·SmoothL1(ô / RMS(o), o / RMS(o)) + 0.1·KL(target ‖ draft) on the draft vocabulary (MoA Eq. 2), "
+           "CA block mask with K ~ U[5, 15]",
     "cats_adapter": "reduced top-K KL(p̃ ‖ q), p̃ the target renormalised on its top K, on the draft vocabulary (CATS)",
 }
 
@@ -32,7 +36,9 @@ LOSSES = {
 def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
                    tiny_layers: int = 4, tiny_trained: int = 2, streams: int = 2, stream_weight: float = 0.5,
                    dm_layer: int | None = 3, sv_layer: int | tuple[int, ...] = 15,
-                   top_k: int = 20) -> tuple[list[Student], dict]:
+                   top_k: int = 20, tli: tuple[int, ...] = (0,), lsa: bool = True, share_lsa: bool = True,
+                   ablation: bool = False, control: str | None = None,
+                   seed: int = 0) -> tuple[list[Student], dict]:
     """Students for ``kind`` (exit | eagle | tiny | ss | cats) and the card fields each one adds.
 
     ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers. ``cats`` trains the
@@ -84,7 +90,38 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
             students.append(AdapterStudent(name, AdapterHead(stack, vocab_ids, layer).float(), layer, top_k))
             extra[name] = {"kind": "cats_adapter", "exit_layer": layer, "cats_role": role, "top_k": top_k}
         return students, extra
-    raise ValueError(f"drafter must be one of exit, eagle, tiny, ss, cats; got {kind!r}")
+    if kind == "moa":
+        students, extra = [], {}
+        mixed = stack.device.type == "cuda" or cpu_supports_bf16()
+        donor = None
+        for depth in tli:
+            head = MoAHead(stack, vocab_ids, depth, lsa).float()
+            name = moa_name(depth, lsa)
+            student = MoAStudent(name, head, stack, seed, lsa_from=donor if share_lsa else None, mixed_precision=mixed)
+            donor = donor or (student if lsa else None)
+            students.append(student)
+            deviations = [MOA_DEVIATION] if depth else []
+            if student.lsa_from is not None:
+                deviations.append(f"LSA shared with {student.lsa_from.name}: trained there, read here detached "
+                                  "(one LSA fits two CPU cores' budget, three do not)")
+            extra[name] = {"kind": "moa", "tli": depth, "lsa": lsa, "deviations": deviations,
+                           "mixed_precision": "bf16 autocast" if mixed else "fp32"}
+        if ablation and lsa:
+            head = MoAHead(stack, vocab_ids, 0, lsa=False).float()
+            students.append(MoAStudent(moa_name(0, False), head, stack, seed, mixed_precision=mixed))
+            extra[moa_name(0, False)] = {"kind": "moa", "tli": 0, "lsa": False, "deviations": [],
+                                         "mixed_precision": "bf16 autocast" if mixed else "fp32"}
+        if control:  # EAGLE on the same batches: τ against EAGLE at an equal training budget
+            students.append(EagleStudent(control, EagleHead(stack, vocab_ids).float(), stack))
+            extra[control] = {"kind": "eagle", "control_for": [s.name for s in students[:-1]]}
+        return students, extra
+    raise ValueError(f"drafter must be one of exit, eagle, tiny, ss, cats, moa; got {kind!r}")
+
+
+MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced keys/values for every earlier "
+                 "position and the drafter's own only at the current one; at drafting time the earlier drafted "
+                 "positions of a block are draft-local too (docs/methods.md §4.4)")
+
 
 
 def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path = DEFAULT_CORPUS,

@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from ..drafters.heads import EagleHead, ExitLayerHead, ExitNormHead
+from ..drafters.heads import EagleHead, ExitLayerHead, ExitNormHead, _layer_like
+from ..drafters.moa import MoAHead, block_memory_mask, block_starts, layer_kv_rows, mixed_attention_layer
 from ..drafters.streaming import StreamingDraft
 from ..layers import LayerStack
 from .data import Batch, batches, distill_loss, teacher, topk_distill_loss, vocab_index
@@ -44,6 +45,7 @@ class Student:
     """A module being trained plus how it turns a teacher pass into (loss, draft logits at loss positions)."""
 
     layers: tuple[int, ...] = ()
+    needs_keys_values = False  # every layer's keys and values from the teacher pass (MoA's LSA)
 
     def __init__(self, name: str, module: torch.nn.Module):
         self.name = name
@@ -104,6 +106,81 @@ class EagleStudent(Student):
         mask = batch.loss_mask[:, 1:]  # position t+1 predicts token t+2; position 0 is never a loss position
         logits = self.module(predicted[mask])
         feature_loss = torch.nn.functional.smooth_l1_loss(predicted[mask], feature[:, 1:][mask])
+        return self.feature_weight * feature_loss + self.kl_weight * distill_loss(logits, signals["logprobs"]), logits
+
+
+class MoAStudent(Student):
+    """MoA's Eq. 2: 0.1·KL(target ‖ draft) + 1.0·SmoothL1(ô, o) on answer positions, CA under the block mask.
+
+    ``ô`` targets the residual stream before the last TLI layers; SmoothL1 reads it divided by the
+    teacher's RMS over the batch, because SmolLM2's residual stream has a few very large dimensions that
+    would otherwise own the loss. For TLI > 0 the frozen target layers run in fp32 copies, each position
+    reading the teacher's keys/values before it and its own at itself (the documented deviation).
+
+    ``lsa_from``: another MoA student whose LSA this one reads (detached) instead of training its own,
+    and whose final LSA weights it ships. LSA runs over 30 layers per token and costs more than the
+    rest of the drafter together, so on two CPU cores one LSA is trained (by TLI 0) and the TLI 1 and 3
+    drafters share it. Runs in bf16 autocast where the device supports it (the card says so)."""
+
+    feature_weight = 1.0
+    kl_weight = 0.1
+    needs_keys_values = True
+
+    def __init__(self, name: str, head: MoAHead, stack: LayerStack, seed: int = 0,
+                 lsa_from: "MoAStudent | None" = None, mixed_precision: bool = False):
+        super().__init__(name, head)
+        self.stack = stack
+        self.lsa_from = lsa_from
+        self.mixed_precision = mixed_precision
+        self.memory: torch.Tensor | None = None  # this step's LSA rows, for students that share them
+        if lsa_from is not None:
+            head.lsa.requires_grad_(False)
+        self.layers = (stack.n_layers - head.tli,)
+        self.needs_keys_values = head.uses_lsa or head.tli > 0
+        self.frozen = [_layer_like(stack, l).float().requires_grad_(False).to(stack.device) for l in head.tli_layers]
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def loss(self, batch, signals):
+        with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=self.mixed_precision):
+            loss, logits = self._loss(batch, signals)
+        return loss.float(), logits.float()
+
+    def adopt_shared_lsa(self) -> None:
+        if self.lsa_from is not None:
+            self.module.lsa.load_state_dict(self.lsa_from.module.lsa.state_dict())
+
+    def _loss(self, batch, signals):
+        head, stack = self.module, self.stack
+        ids = batch.ids
+        width = ids.shape[1]
+        positions = torch.arange(width, device=ids.device)[None]
+        with torch.no_grad():
+            embeddings = stack.embed(ids).float()
+        queries = head.self_attend(embeddings, positions)
+        if self.lsa_from is not None:
+            memory = self.lsa_from.memory
+        elif head.uses_lsa:
+            layer_kv = torch.stack([layer_kv_rows(signals["keys"][l], signals["values"][l])
+                                    for l in range(stack.n_layers)], dim=2)
+            memory = head.memory_rows(layer_kv=layer_kv)
+            self.memory = memory.detach()
+        else:
+            memory = head.memory_rows(feature=signals["feature"])
+        null_k, null_v = head.null_keys_values(len(ids))
+        keys, values = head.memory_keys_values(memory)
+        starts = torch.stack([block_starts(width, self.generator) for _ in range(len(ids))])
+        mask = block_memory_mask(starts, ids.device)
+        predicted = head.cross_attend(queries, torch.cat([null_k, keys], 2), torch.cat([null_v, values], 2), mask)
+        target = signals["hidden"][stack.n_layers - head.tli]
+        hidden = predicted
+        if self.frozen:
+            rotary = stack.backbone.rotary_emb(hidden, positions)
+            for index, layer in zip(head.tli_layers, self.frozen):
+                hidden = mixed_attention_layer(layer, hidden, signals["keys"][index], signals["values"][index], rotary)
+        logits = head(hidden[batch.loss_mask])
+        scale = target[batch.loss_mask].pow(2).mean().sqrt()
+        feature_loss = torch.nn.functional.smooth_l1_loss(predicted[batch.loss_mask] / scale,
+                                                          target[batch.loss_mask] / scale)
         return self.feature_weight * feature_loss + self.kl_weight * distill_loss(logits, signals["logprobs"]), logits
 
 
@@ -178,6 +255,7 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
     config.validate()
     torch.manual_seed(config.seed)
     layers = tuple(sorted({l for s in students for l in s.layers}))
+    keys_values = any(s.needs_keys_values for s in students)
     epoch_batches = batches(train, config.batch_tokens, config.seed)
     total = max(1, math.ceil(len(epoch_batches) * config.epochs))
     if config.max_steps:
@@ -190,7 +268,7 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
         s.module.train()
     for step in range(total):
         batch = epoch_batches[step % len(epoch_batches)].to(stack.device)
-        signals = teacher(stack, batch, layers, vocab_ids)
+        signals = teacher(stack, batch, layers, vocab_ids, keys_values)
         tokens += int(batch.loss_mask.sum())
         losses = {}
         for student, optimizer, schedule in zip(students, optimizers, schedules):
@@ -205,12 +283,15 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
         if progress:
             progress(step + 1, total, losses)
     seconds = time.perf_counter() - start
-    agreement = heldout_agreement(stack, students, heldout, vocab_ids, config.batch_tokens, layers)
+    for s in students:
+        if isinstance(s, MoAStudent):
+            s.adopt_shared_lsa()
+    agreement = heldout_agreement(stack, students, heldout, vocab_ids, config.batch_tokens, layers, keys_values)
     return FitResult(total, seconds, tokens, {s.name: thin(s.curve) for s in students}, agreement)
 
 
 @torch.no_grad()
-def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers) -> dict:
+def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers, keys_values: bool = False) -> dict:
     """How often the draft's argmax equals the target's on held-out answers (teacher-forced α proxy)."""
     hits = {s.name: 0 for s in students}
     count = 0
@@ -218,7 +299,7 @@ def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers)
         s.module.eval()
     for batch in batches(heldout, batch_tokens, seed=0):
         batch = batch.to(stack.device)
-        signals = teacher(stack, batch, layers, vocab_ids)
+        signals = teacher(stack, batch, layers, vocab_ids, keys_values)
         target_top = signals["logprobs"].argmax(-1)
         count += len(target_top)
         for s in students:

@@ -1,0 +1,103 @@
+"""Mixture of Attentions (Zimmer et al. 2024): EAGLE-2 trees drafted by a drafter that reads every layer.
+
+The drafter (:mod:`engines.drafters.moa`) attends over the target's keys/values at all layers (LSA),
+over its own drafted tokens (SA) and over the verified context (CA), optionally finishing through the
+target's last ``tli`` layers. Verification is the ordinary lossless tree (or chain) verification, so
+the method is lossless; the drafter only changes what is proposed.
+
+Drafters: ``moa-tli{tli}`` (``lsa=False``: the −LSA ablation ``moa-tli0-nolsa``), or any shipped MoA
+drafter by name (``drafter=``). ``tree=False`` drafts a chain of ``gamma`` tokens instead, sampled from q.
+
+``network`` runs the paper's client–server split over a simulated link (:mod:`engines.client_server`);
+``disconnect_after=B`` then drops the server after B new tokens (lossy, labelled so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..client_server import client_server_decode
+from ..decoding import DecodeContext
+from ..drafters.moa import moa_name
+from ..drafters.moa_drafter import MoADrafter
+from ..trace import Event
+from ..tree_decode import MAX_TREE_NODES, tree_decode
+from .base import AUTO, Method, decode_chain, int_or_auto, require_int, require_int_or_auto
+from .link_config import LinkConfig
+
+
+@dataclass
+class MoAConfig(LinkConfig):
+    tli: int = 0
+    lsa: bool = True
+    drafter: str = ""  # a shipped MoA drafter by name; empty: moa-tli{tli} (-nolsa)
+    tree: bool = True
+    depth: int = 4
+    topk: int = 4
+    total_tokens: int | str = "auto"
+    gamma: int | str = 4  # chain length when tree=False
+
+    def __post_init__(self):
+        self.total_tokens = int_or_auto(self.total_tokens)
+        self.gamma = int_or_auto(self.gamma)
+
+    def validate(self, n_layers: int) -> None:
+        require_int("tli", self.tli, 0, n_layers - 1)
+        for name in ("lsa", "tree"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.drafter, str):
+            raise ValueError(f"drafter must be a shipped MoA drafter's name or empty, got {self.drafter!r}")
+        require_int("depth", self.depth, 1, 12)
+        require_int("topk", self.topk, 1, 16)
+        require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
+        require_int_or_auto("gamma", self.gamma, 1, 64)
+        if self.client_server and not self.tree and self.gamma == AUTO:
+            raise ValueError("gamma must be an integer in client–server mode (a chain is sent whole), got 'auto'")
+        self.validate_link()
+
+    @property
+    def drafter_name(self) -> str:
+        return self.drafter or moa_name(self.tli, self.lsa)
+
+
+class MixtureOfAttentions(Method):
+    name = "moa"
+    Config = MoAConfig
+    description = "Mixture of Attentions: a drafter reading every layer's KV, EAGLE-2 trees (client–server option)"
+
+    def __init__(self, config: MoAConfig, engine):
+        super().__init__(config, engine)
+        self.lossless = config.disconnect_after is None
+        if config.client_server:
+            self.clock = "wall+link"
+
+    def lanes(self, ctx: DecodeContext) -> dict:
+        if self.config.client_server:
+            return {"target": f"server ({ctx.lane})", "draft": f"client ({ctx.lane})",
+                    "link": self.config.network}
+        return super().lanes(ctx)
+
+    def prepare(self) -> None:
+        super().prepare()
+        head = self.engine.trained_drafter(self.config.drafter_name)
+        if getattr(head, "kind", "") != "moa":
+            raise ValueError(f"drafter {self.config.drafter_name!r} is not a MoA drafter")
+
+    def decode(self, ctx: DecodeContext) -> Iterator[Event]:
+        config = self.config
+        drafter = MoADrafter(self.engine.trained_drafter(config.drafter_name), name=config.drafter_name)
+        auto = config.total_tokens == AUTO
+        curve = self.engine.verify_cost() if auto and config.tree else None
+        cost = curve.cost if curve else None
+        if config.client_server:
+            depth, topk, total = ((config.depth, config.topk, None if auto else config.total_tokens) if config.tree
+                                  else (config.gamma, 1, config.gamma))
+            yield from client_server_decode(ctx, drafter, config.link(), depth, topk, total, cost,
+                                            config.disconnect_after)
+        elif config.tree:
+            yield from tree_decode(ctx, drafter, config.depth, config.topk, None if auto else config.total_tokens,
+                                   cost)
+        else:
+            yield from decode_chain(self.engine, ctx, drafter, config.gamma)
