@@ -135,7 +135,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
             if isinstance(drafter, MoADrafter):
-                yield DraftStep(t=trace.now(), round=round_, steps=max(n.depth for n in tree.nodes),
+                yield DraftStep(t=trace.now(), round=round_, steps=max((n.depth for n in tree.nodes), default=0),
                                 **drafter.timing)
         up = encode_draft(sent.tokens, sent.parents)
         yield from send(up, "up", round_, "draft tree: ids + tree positions")

@@ -20,19 +20,25 @@ import random
 import struct
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
 @dataclass(frozen=True)
 class LinkProfile:
+    """One network's numbers, in the terms netem takes them: a fixed one-way delay, a random extra delay,
+    a bandwidth cap and a per-packet loss rate."""
+
     name: str
     base_delay_s: float  # one-way propagation: half the ping
     jitter_mean_s: float  # extra one-way delay ~ N(mean, std), clipped at 0 (netem's "delay mean std")
     jitter_std_s: float
     bandwidth_bps: float | None  # bits per second; None = unlimited
-    loss: float  # per-packet drop probability
+    loss: float  # per-packet drop probability, in [0, 1)
 
 
+# The paper's two machines: ~300 km apart, ping ≈ 9 ms (so 4.5 ms each way), ≈ 50 Mbit/s. 5G and 4G add
+# netem's delay (and 4G its 20 Mbit/s cap) on top of that real link, so they keep its 4.5 ms.
 PROFILES: dict[str, LinkProfile] = {
     "local": LinkProfile("local", 0.0, 0.0, 0.0, None, 0.0),
     "base": LinkProfile("base", 0.0045, 0.0, 0.0, 50e6, 0.0),
@@ -44,7 +50,7 @@ PROFILES: dict[str, LinkProfile] = {
 def link_profile(name: str, loss: float | None = None) -> LinkProfile:
     """A named profile, optionally with another per-packet loss rate."""
     if name not in PROFILES:
-        raise ValueError(f"network profile must be one of {', '.join(PROFILES)}, got {name!r}")
+        raise ValueError(f"network profile name must be one of {', '.join(PROFILES)}, got {name!r}")
     profile = PROFILES[name]
     if loss is None:
         return profile
@@ -62,6 +68,8 @@ def transfer_seconds(profile: LinkProfile, n_bytes: int) -> float:
 
 @dataclass
 class Delivery:
+    """What one message cost on the link: the record the explorer shows and sums."""
+
     direction: str  # "up": client → server; "down": server → client
     bytes: int
     seconds: float  # simulated one-way time until the message is whole at the receiver, resends included
@@ -71,9 +79,12 @@ class Delivery:
 
 @dataclass
 class Link:
+    """A simulated link: ``send`` says how long a message takes and logs it. Its own seeded random
+    stream, so the same run over the same profile sees the same delays and losses."""
+
     profile: LinkProfile
     seed: int = 0
-    log: list[Delivery] = field(default_factory=list)
+    log: list[Delivery] = field(default_factory=list, init=False)  # every delivery so far
 
     MTU = 1500  # payload bytes per packet
     RTO_S = 0.2  # Linux's minimum TCP retransmission timeout: what a lost packet costs before the resend
@@ -82,6 +93,11 @@ class Link:
         self._random = random.Random(self.seed)
 
     def send(self, payload: bytes, direction: str) -> Delivery:
+        """Carry ``payload`` one way ("up": client → server, "down": server → client).
+
+        An attempt that loses any of its packets delivers nothing usable: the sender only notices after the
+        retransmission timeout, so a lost attempt costs RTO_S and the message goes again with a fresh delay.
+        """
         if direction not in ("up", "down"):
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         profile, n = self.profile, len(payload)
@@ -102,6 +118,7 @@ class Link:
         return delivery
 
     def totals(self) -> dict:
+        """Sums over the log: messages, resends, and bytes and seconds per direction."""
         out = {"messages": len(self.log), "resends": sum(d.attempts - 1 for d in self.log)}
         for direction in ("up", "down"):
             out[f"bytes_{direction}"] = sum(d.bytes for d in self.log if d.direction == direction)
@@ -110,13 +127,22 @@ class Link:
 
 
 # --- the wire format ----------------------------------------------------------------------------------
-# Header, 4 bytes: kind (1 byte: 1 = draft, 2 = verdict, 2 | 0x80 = gzipped verdict), then for a draft
-# the node count (1 byte) and 2 spare bytes; for a verdict the token count (1 byte) and the activation
-# width (2 bytes). A verdict's activations follow its ids: per row a float16 scale (2 bytes) and
-# `width` int8 values. So a message is Table 7's size plus 4 header bytes plus 2 bytes per activation row.
-DRAFT, VERDICT, GZIPPED = 1, 2, 0x80
+# Every message starts with a 4-byte header, struct "<BBH", so it decodes with no side information:
+#   byte 0    kind: 1 = draft, 2 = verdict; flag 0x40 = activations follow the ids; flag 0x80 = body gzipped
+#   byte 1    count: draft nodes M, or verdict tokens A (both at most 255)
+#   bytes 2-3 draft: 0 (spare); verdict: the activation width W (< 65536, little-endian)
+# Draft body:   M token ids (3 bytes each, little-endian), then M positions (1 byte each: parent index + 1,
+#               so the root's children store 0 and nodes 0..254 fit).
+# Verdict body: A token ids (3 bytes each); with activations, one float16 scale per row (2 bytes each), then
+#               rows·W int8 values, row-major. The row count is not stored: it is the rest of the body's
+#               length divided by 2 + W (the first message carries one token but a prompt's worth of rows).
+# So a draft is Table 7's 4M bytes + 4, and a plain verdict is Table 7's 3A + A·W bytes (8-bit values)
+# + 4 header bytes + 2 scale bytes per row. A gzipped message is whatever gzip makes of the body, + 4.
+DRAFT, VERDICT, HAS_ACTIVATIONS, GZIPPED = 1, 2, 0x40, 0x80
 HEADER = struct.Struct("<BBH")
 MAX_ID = 1 << 24
+MAX_COUNT = 255
+_FP16_TINY, _FP16_MAX = 2.0 ** -24, 65504.0  # smallest (subnormal) and largest float16
 
 
 def _ids(tokens: list[int]) -> bytes:
@@ -130,68 +156,97 @@ def _read_ids(body: bytes, count: int) -> list[int]:
     return [int.from_bytes(body[3 * i: 3 * i + 3], "little") for i in range(count)]
 
 
+def _header(payload: bytes, expected: int) -> tuple[int, int, int, bytes]:
+    """Split a message into (flags, count, field, body), refusing a message of another kind."""
+    if len(payload) < HEADER.size:
+        raise ValueError(f"payload must hold at least the {HEADER.size}-byte header, got {len(payload)} bytes")
+    kind, count, extra = HEADER.unpack_from(payload)
+    if kind & ~(HAS_ACTIVATIONS | GZIPPED) != expected:
+        raise ValueError(f"payload kind must be {expected}, got {kind & ~(HAS_ACTIVATIONS | GZIPPED)}")
+    return kind, count, extra, payload[HEADER.size:]
+
+
 def encode_draft(tokens: list[int], parents: list[int]) -> bytes:
-    """Client → server: M tree nodes, 3-byte id + 1-byte position (parent index + 1; 0 = the root)."""
+    """Client → server: the draft tree, M nodes of a 3-byte id and a 1-byte position (parent index + 1,
+    0 = a child of the root). Nodes come in order, each after its parent, so one byte names the parent."""
     if len(tokens) != len(parents):
         raise ValueError(f"tokens and parents must have the same length, got {len(tokens)} and {len(parents)}")
-    if len(tokens) > 255:
-        raise ValueError(f"a draft tree must have at most 255 nodes to fit 1-byte positions, got {len(tokens)}")
+    if len(tokens) > MAX_COUNT:
+        raise ValueError(f"a draft tree must have at most {MAX_COUNT} nodes to fit 1-byte positions, "
+                         f"got {len(tokens)}")
     for i, parent in enumerate(parents):
         if not -1 <= parent < i:
-            raise ValueError(f"node {i}'s parent must be -1 or an earlier node, got {parent}")
+            raise ValueError(f"node {i}'s parent must be -1 (the root) or an earlier node, got {parent}")
     return HEADER.pack(DRAFT, len(tokens), 0) + _ids(tokens) + bytes(p + 1 for p in parents)
 
 
 def decode_draft(payload: bytes) -> tuple[list[int], list[int]]:
-    kind, count, _ = HEADER.unpack_from(payload)
-    if kind != DRAFT:
-        raise ValueError(f"not a draft message (kind {kind})")
-    body = payload[HEADER.size:]
-    return _read_ids(body, count), [b - 1 for b in body[3 * count: 4 * count]]
+    """The server's side of :func:`encode_draft`: (token ids, parent indices, -1 = the root)."""
+    _, count, _, body = _header(payload, DRAFT)
+    if len(body) != 4 * count:
+        raise ValueError(f"a draft of {count} nodes must have a {4 * count}-byte body, got {len(body)}")
+    return _read_ids(body, count), [b - 1 for b in body[3 * count:]]
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8: values ``round(x / scale)`` with ``scale = max|x| / 127`` (float16)."""
-    x = x.float()
-    scales = (x.abs().amax(dim=1) / 127).clamp_min(1e-8).half()
+    """Symmetric per-row int8: ``values = round(x / scale)`` with ``scale = max|x| / 127`` as float16.
+
+    One scale per row (not per tensor) because activation rows differ a lot in magnitude; the float16 scale
+    costs 2 bytes per row. Each value is then off by at most ``scale / 2``. The scale is kept within float16's
+    range: an all-zero (or tiny) row gets the smallest float16, 2^-24; rows beyond ±65504·127 would clip.
+    """
+    if x.dim() != 2:
+        raise ValueError(f"activations must be 2-D [rows, width], got shape {tuple(x.shape)}")
+    x = x.detach().float().cpu()
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("activations must be finite, got inf or nan")
+    peak = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0])
+    scales = (peak / 127).clamp(_FP16_TINY, _FP16_MAX).half()
     values = torch.round(x / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
     return values, scales
 
 
 def dequantize_rows(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Back to float32: ``values · scale`` per row."""
     return values.float() * scales.float()[:, None]
 
 
 def encode_verdict(tokens: list[int], activations: torch.Tensor | None = None, compress: bool = False) -> bytes:
     """Server → client: the accepted ids (+ the bonus or correction), then optionally activations ``[rows, width]``
-    quantized to 8 bits; ``compress`` gzips the body (the paper gzips the first, prompt-sized message)."""
-    if len(tokens) > 255:
-        raise ValueError(f"a verdict carries at most 255 tokens, got {len(tokens)}")
-    width = 0 if activations is None else activations.shape[1]
-    if width >= 1 << 16:
-        raise ValueError(f"activation width must be < 65536, got {width}")
-    body = _ids(tokens)
+    quantized to 8 bits; ``compress`` gzips the body (the paper gzips the first, prompt-sized message, where
+    the savings pay for the codec's time)."""
+    if len(tokens) > MAX_COUNT:
+        raise ValueError(f"a verdict must carry at most {MAX_COUNT} tokens, got {len(tokens)}")
+    body, kind, width = _ids(tokens), VERDICT, 0
     if activations is not None:
-        values, scales = quantize_rows(activations.detach().cpu())
-        body += scales.numpy().tobytes() + values.numpy().tobytes()
-    kind = VERDICT | (GZIPPED if compress else 0)
-    return HEADER.pack(kind, len(tokens), width) + (gzip.compress(body, mtime=0) if compress else body)
+        values, scales = quantize_rows(activations)
+        width = values.shape[1]
+        if width >= 1 << 16:
+            raise ValueError(f"activation width must be < 65536 to fit 2 bytes, got {width}")
+        body += scales.numpy().astype("<f2").tobytes() + values.numpy().tobytes()
+        kind |= HAS_ACTIVATIONS
+    if compress:
+        body, kind = gzip.compress(body, mtime=0), kind | GZIPPED
+    return HEADER.pack(kind, len(tokens), width) + body
 
 
 def decode_verdict(payload: bytes) -> tuple[list[int], torch.Tensor | None]:
-    kind, count, width = HEADER.unpack_from(payload)
-    if kind & ~GZIPPED != VERDICT:
-        raise ValueError(f"not a verdict message (kind {kind})")
-    body = payload[HEADER.size:]
+    """The client's side of :func:`encode_verdict`: (token ids, float32 activations or None)."""
+    kind, count, width, body = _header(payload, VERDICT)
     if kind & GZIPPED:
         body = gzip.decompress(body)
-    ids = _read_ids(body, count)
-    if not width:
+    if len(body) < 3 * count:
+        raise ValueError(f"a verdict of {count} tokens must have at least {3 * count} body bytes, got {len(body)}")
+    ids, rest = _read_ids(body, count), body[3 * count:]
+    if not kind & HAS_ACTIVATIONS:
+        if rest:
+            raise ValueError(f"a verdict without activations must end after its ids, got {len(rest)} more bytes")
         return ids, None
-    rest = body[3 * count:]
-    rows = len(rest) // (2 + width)
-    scales = torch.frombuffer(bytearray(rest[: 2 * rows]), dtype=torch.float16)
-    values = torch.frombuffer(bytearray(rest[2 * rows:]), dtype=torch.int8).view(rows, width)
+    rows, leftover = divmod(len(rest), 2 + width)
+    if leftover:
+        raise ValueError(f"activation bytes must be a multiple of 2 + width = {2 + width}, got {len(rest)}")
+    scales = torch.from_numpy(np.frombuffer(rest, dtype="<f2", count=rows).astype(np.float16))
+    values = torch.from_numpy(np.frombuffer(rest, dtype=np.int8, offset=2 * rows).copy()).view(rows, width)
     return ids, dequantize_rows(values, scales)
 
 

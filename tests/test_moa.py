@@ -158,3 +158,15 @@ def test_disconnection_is_lossy_and_labelled(moa_engine):
 def test_bad_options_are_refused(moa_engine, options, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         moa_engine.run(PROMPTS[0], "moa", max_new_tokens=4, **options)
+
+
+def test_shipped_drafters_are_lossless_on_the_real_model(real_engine):
+    """fp32 greedy with the shipped MoA drafters equals ``ar``: single device (tree and chain, TLI 0 and 3,
+    −LSA) and client–server with 8-bit activations over 4G."""
+    prompt = [{"role": "user", "content": "Explain in two sentences why the sky is blue."}]
+    expected = real_engine.run(prompt, "ar", max_new_tokens=32).token_ids
+    for options in ({"tli": 0}, {"tli": 3, "tree": False}, {"tli": 0, "lsa": False},
+                    {"tli": 1, "network": "4g"}):
+        result = real_engine.run(prompt, "moa", max_new_tokens=32, **options)
+        assert result.token_ids == expected, options
+        assert result.stats.mean_accepted_length > 1.0, options  # the trained drafter is right some of the time

@@ -134,3 +134,41 @@ def test_saguaro_judged_against_the_unshaped_q_is_caught(verdict_setup, monkeypa
     monkeypatch.setattr(BranchDrafter, "_draw", staticmethod(draw_shaped_report_plain))
     engine, dist = verdict_setup
     assert chi_square_pvalue(engine, dist, "ssd", draft="other", lookahead=2, f=2, c=0.2, mode="serial") < 1e-6
+
+
+# --- Mixture of Attentions: a drafter that reads every layer, single device and client–server ---------------
+@pytest.fixture(scope="module")
+def moa_setup(setup, tmp_path_factory):
+    from engines.drafters.moa import moa_name
+    from engines.drafters.trained import save_trained
+    from tests.test_moa import random_moa
+
+    engine, dist = setup
+    root = tmp_path_factory.mktemp("moa-drafts")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SPECVIZ_DRAFTS", str(root))
+    stack = engine.target
+    for tli in (0, 1):
+        card = {"name": moa_name(tli), "kind": "moa", "tli": tli, "lsa": True, "target_layers": stack.n_layers,
+                "hidden_size": stack.config.hidden_size, "vocab_size": stack.config.vocab_size,
+                "draft_vocab_size": stack.config.vocab_size}
+        save_trained(card["name"], random_moa(stack, tli, seed=tli), card)
+    yield engine, dist
+    patch.undo()
+
+
+@pytest.mark.parametrize("options", [
+    {"tli": 1, "depth": 2, "topk": 2, "total_tokens": 4},
+    {"tli": 0, "tree": False, "gamma": 2},
+    {"tli": 1, "depth": 2, "topk": 2, "total_tokens": 4, "network": "5g"},
+])
+def test_moa_sampling_matches_target_distribution(moa_setup, options):
+    """Tree (point-mass children), chain (drawn from q) and client–server with 8-bit activations."""
+    engine, dist = moa_setup
+    assert chi_square_pvalue(engine, dist, "moa", **options) > 0.001
+
+
+def test_moa_chain_broken_residual_rule_is_caught(moa_setup, monkeypatch):
+    engine, dist = moa_setup
+    monkeypatch.setattr(verify, "residual_distribution", lambda p, q: p)
+    assert chi_square_pvalue(engine, dist, "moa", tli=0, tree=False, gamma=2) < 1e-6

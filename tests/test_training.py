@@ -183,6 +183,23 @@ def test_cats_adapters_train_and_draft(setup, monkeypatch):
         assert run.token_ids == reference.token_ids
 
 
+def test_moa_drafters_train_share_one_lsa_and_draft(setup, monkeypatch):
+    saved = dict(_train(setup, monkeypatch, "moa", tli=(0, 1), ablation=True, control="eagle-matched"))
+    assert list(saved) == ["moa-tli0", "moa-tli1", "moa-tli0-nolsa", "eagle-matched"]
+    for name, card in saved.items():
+        ok, values = _falls(card, 0.8)
+        assert ok, f"{name} loss did not fall: {values}"
+    assert saved["moa-tli1"]["deviations"] and not saved["moa-tli0"]["deviations"]
+    engine = setup[0]
+    shared = [engine.trained_drafter(n).lsa.qkv.weight for n in ("moa-tli0", "moa-tli1")]
+    assert torch.equal(*shared)  # TLI 1 ships the LSA that TLI 0 trained
+    reference = engine.run([9, 8, 7], "ar", max_new_tokens=20)
+    for name in ("moa-tli0", "moa-tli1", "moa-tli0-nolsa"):
+        run = engine.run([9, 8, 7], "moa", max_new_tokens=20, drafter=name)
+        assert run.token_ids == reference.token_ids
+    assert engine.run([9, 8, 7], "eagle", max_new_tokens=20, draft="eagle-matched").token_ids == reference.token_ids
+
+
 def test_topk_loss_is_kl_to_the_renormalised_top_k():
     from engines.training.data import topk_distill_loss
 
