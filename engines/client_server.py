@@ -29,15 +29,16 @@ from typing import Callable, Iterator
 
 import torch
 
-from .decoding import DecodeContext, Transcript, prefill, target_forward
+from .decoding import DecodeContext, Transcript, drafter_events, prefill, target_forward
 from .drafters.base import sample_draft_token
 from .drafters.moa_drafter import MoADrafter, VerifiedBlock
 from .drafters.tree_drafters import EagleTreeDrafter
 from .dynamic_tree import TreeSizer, best_nodes, grow_tree
 from .network import Link, decode_draft, decode_verdict, encode_draft, encode_verdict
-from .trace import DraftStep, DraftTree, Event, LinkSend, Lsa
+from .trace import DraftTree, Event, LinkSend
 from .tree import DraftTreeNodes, TreeNode, keep_path, verify_tree
 from .tree_decode import MAX_TREE_NODES, tree_nodes, tree_verification
+
 
 @dataclass
 class LinkHalves:
@@ -46,7 +47,6 @@ class LinkHalves:
     content: str
     server: Callable[[object, int, dict], torch.Tensor | None]  # (target cache, n verified, observed states)
     client: Callable[[torch.Tensor | None], None]
-    lsa_seconds: Callable[[], float] = lambda: 0.0
 
 
 def link_halves(drafter) -> LinkHalves:
@@ -56,8 +56,7 @@ def link_halves(drafter) -> LinkHalves:
             f"ids + LSA rows{f' + {head.tli} layers of K/V' if head.tli else ''} (int8)" if head.uses_lsa
             else "ids + last hidden states (int8)",
             lambda cache, n, seen: drafter.server.block(cache, n, seen).activations(),
-            lambda rows: drafter.absorb(VerifiedBlock.from_activations(rows, head.memory_width, head.tli)),
-            lambda: drafter.server.seconds)
+            lambda rows: drafter.absorb(VerifiedBlock.from_activations(rows, head.memory_width, head.tli)))
     if isinstance(drafter, EagleTreeDrafter):
         stack = drafter.target
         dtype = next(drafter.head.parameters()).dtype
@@ -110,8 +109,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
     drafter.start(ctx, cache)
     first = ctx.sampler.next_token(logits)
     payload = encode_verdict([first], halves.server(cache, len(ctx.prompt_ids), seen), compress=True)
-    if isinstance(drafter, MoADrafter) and trace.detailed:
-        yield Lsa(t=trace.now(), round=0, n_tokens=len(ctx.prompt_ids), seconds=halves.lsa_seconds())
+    yield from drafter_events(ctx, drafter, "observe", 0)
     yield from send(payload, "down", 0, halves.content + " (prompt, gzip)")
     ids, rows = decode_verdict(payload)
     halves.client(rows)
@@ -134,9 +132,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
         if trace.detailed:
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
-            if isinstance(drafter, MoADrafter):
-                yield DraftStep(t=trace.now(), round=round_, steps=max((n.depth for n in tree.nodes), default=0),
-                                **drafter.timing)
+            yield from drafter_events(ctx, drafter, "draft", round_)
         up = encode_draft(sent.tokens, sent.parents)
         yield from send(up, "up", round_, "draft tree: ids + tree positions")
         # server: verify, keep the accepted path, compute the client's activations
@@ -153,8 +149,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
         if trace.detailed:
             yield ctx.span("verify", round_, started)
             yield tree_verification(trace.now(), round_, sent_ids, verdict)
-            if isinstance(drafter, MoADrafter):
-                yield Lsa(t=trace.now(), round=round_, n_tokens=len(kept), seconds=halves.lsa_seconds())
+            yield from drafter_events(ctx, drafter, "observe", round_)
         down = encode_verdict(tokens, activations)
         yield from send(down, "down", round_, halves.content)
         # client: take the verdict in

@@ -125,4 +125,11 @@ def open_with_drafter(ctx: DecodeContext, drafter) -> tuple[KVCache, Transcript,
     drafter.start(ctx, cache)
     if observe:
         drafter.observe(seen, len(ctx.prompt_ids))
-    return cache, out, [prefill_event, first]
+    return cache, out, [prefill_event, first, *drafter_events(ctx, drafter, "observe", 0)]
+
+
+def drafter_events(ctx: DecodeContext, drafter, stage: str, round_: int) -> list:
+    """Events a drafter records about its own work, after it drafted (``stage="draft"``) or took in a
+    verification (``"observe"``): MoA's split of drafting time, its server-side LSA. Detailed runs only."""
+    report = getattr(drafter, "report", None)
+    return report(stage, ctx.trace.now(), round_) if report is not None and ctx.trace.detailed else []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from .decoding import DecodeContext, open_with_drafter, target_forward
+from .decoding import DecodeContext, drafter_events, open_with_drafter, target_forward
 from .draft_length import DraftLength
 from .drafters.base import Draft, Drafter
 from .trace import DraftTree, Event, Verification
@@ -36,6 +36,7 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
         if trace.detailed:
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=chain_nodes(draft))
+            yield from drafter_events(ctx, drafter, "draft", round_)
         started = trace.now()
         shallow = (draft.hidden, draft.exit_layer) if draft.hidden is not None else None
         logits, seen = target_forward(ctx, cache, [out.ids[-1]] + draft.tokens, observe, shallow)
@@ -43,6 +44,7 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
         cache.crop(len(out.ids) + verdict.n_accepted)
         if observe:
             drafter.observe(seen, verdict.n_accepted + 1)
+            yield from drafter_events(ctx, drafter, "observe", round_)
         if auto and draft.tokens:
             auto.update(len(draft.tokens), verdict.n_accepted, draft_seconds)
         if trace.detailed:

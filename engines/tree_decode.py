@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .decoding import DecodeContext, open_with_drafter, target_forward
+from .decoding import DecodeContext, drafter_events, open_with_drafter, target_forward
 from .dynamic_tree import TreeSizer, best_nodes, grow_tree
 from .trace import DraftTree, Event, Verification
 from .tree import DraftTreeNodes, TreeVerdict, keep_path, verify_tree
@@ -40,6 +40,7 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
         if trace.detailed:
             yield ctx.span("draft", round_, started)
             yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
+            yield from drafter_events(ctx, drafter, "draft", round_)
         started = trace.now()
         prefix = len(out.ids) - 1
         logits, seen = target_forward(ctx, cache, [out.ids[-1]] + sent.tokens, observe,
@@ -49,6 +50,7 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
         if observe:
             rows = torch.tensor([0] + [i + 1 for i in verdict.path], device=logits.device)
             drafter.observe({layer: h.index_select(1, rows) for layer, h in seen.items()}, len(rows))
+            yield from drafter_events(ctx, drafter, "observe", round_)
         if trace.detailed:
             yield ctx.span("verify", round_, started)
             yield tree_verification(trace.now(), round_, sent_ids, verdict)

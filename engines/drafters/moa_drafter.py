@@ -28,6 +28,7 @@ import torch
 from ..kv_cache import KVCache
 from ..layers import LayerStack
 from ..sampling import Sampler
+from ..trace import DraftStep, Lsa
 from ..tree import DraftTreeNodes, TreeNode, TreeSlots
 from .base import Draft, finish_draft, sample_draft_token
 from .moa import MoAHead, layer_kv_rows
@@ -66,6 +67,7 @@ class MoAServer:
     def __init__(self, head: MoAHead):
         self.head = head
         self.seconds = 0.0  # LSA time of the last block (the ``lsa`` event)
+        self.tokens = 0  # tokens in the last block
 
     @torch.no_grad()
     def block(self, target_cache: KVCache, n_valid: int, seen: dict) -> VerifiedBlock:
@@ -86,7 +88,7 @@ class MoAServer:
         tli_kv = None
         if head.tli:
             tli_kv = torch.stack([torch.stack(split_keys_values(rows(l), head)) for l in head.tli_layers])
-        self.seconds = time.perf_counter() - started
+        self.seconds, self.tokens = time.perf_counter() - started, n_valid
         return VerifiedBlock(memory, tli_kv)
 
 
@@ -107,6 +109,7 @@ class MoADrafter:
         self.server = server if server is not None else MoAServer(head)
         self.observe_layers = (self.stack.n_layers,)
         self.timing = {"sa": 0.0, "ca": 0.0, "tli": 0.0, "head": 0.0}  # seconds this round (``draft_step``)
+        self.steps = 0  # drafter calls this round
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self, ctx, target_cache: KVCache) -> None:
@@ -145,8 +148,15 @@ class MoADrafter:
         self.timing[part] += time.perf_counter() - started
         return out
 
+    def report(self, stage: str, t: float, round_: int) -> list:
+        """``draft``: where this round's drafting time went; ``observe``: the server's LSA over the new block."""
+        if stage == "draft":
+            return [DraftStep(t=t, round=round_, steps=self.steps, **self.timing)]
+        return [Lsa(t=t, round=round_, n_tokens=self.server.tokens, seconds=self.server.seconds)]
+
     def _draft(self, tokens: list[int], positions: torch.Tensor, mask: torch.Tensor | None, rows: int) -> torch.Tensor:
         """SA on ``tokens`` (all cached), then CA, TLI and the head on the last ``rows`` of them."""
+        self.steps += 1
         head = self.head
         embeddings = self.stack.embed(tokens).to(self.memory_keys.dtype)
         queries = self._clocked("sa", head.self_attend, embeddings, positions, self.sa_cache, mask)[:, -rows:]
@@ -162,7 +172,7 @@ class MoADrafter:
     @torch.no_grad()
     def root(self, committed: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[V']`` of the token after ``committed`` and each column's token id."""
-        self.timing = dict.fromkeys(self.timing, 0.0)
+        self.timing, self.steps = dict.fromkeys(self.timing, 0.0), 0
         n = len(committed)
         self.sa_cache.crop(self.synced)
         feed = committed[self.synced:]

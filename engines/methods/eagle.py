@@ -46,6 +46,7 @@ class EagleConfig(LinkConfig):
     draft: str = "eagle"
 
     def __post_init__(self):
+        super().__post_init__()
         self.total_tokens = int_or_auto(self.total_tokens)
 
     def validate(self, n_layers: int) -> None:

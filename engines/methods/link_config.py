@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..network import PROFILES, Link, link_profile
 from .base import MethodConfig, require_int
@@ -14,10 +14,18 @@ NO_NETWORK = "none"
 class LinkConfig(MethodConfig):
     """Options every method with a client–server mode shares."""
 
-    network: str = NO_NETWORK  # none (one device) | local | base | 5g | 4g
+    network: str = field(default=NO_NETWORK, metadata={
+        "choices": (NO_NETWORK, *PROFILES),
+        "help": "none: one device. Otherwise a client (the drafter) and a server (the target) over a simulated "
+                "link: local (free), base (9 ms ping, 50 Mbit/s), 5g, 4g (the MoA paper's profiles)."})
     packet_loss: float | None = None  # overrides the profile's per-packet loss rate
     disconnect_after: int | None = None  # B: the server leaves after B new tokens (lossy); None = never
     link_seed: int = 0
+
+    def __post_init__(self):
+        # text boxes (dashboard, notebook widgets, the CLI) send "None" or "" for "not set"
+        self.packet_loss = optional_number(self.packet_loss, float)
+        self.disconnect_after = optional_number(self.disconnect_after, int)
 
     def validate_link(self) -> None:
         names = (NO_NETWORK, *PROFILES)
@@ -40,3 +48,16 @@ class LinkConfig(MethodConfig):
 
     def link(self) -> Link:
         return Link(link_profile(self.network, self.packet_loss), seed=self.link_seed)
+
+
+def optional_number(value, kind: type):
+    """``None``, ``""`` and ``"none"`` mean not set; a number given as text becomes ``kind``; anything else
+    is left for ``validate`` to refuse with its message."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    if isinstance(value, str):
+        try:
+            return kind(value.strip())
+        except ValueError:
+            return value
+    return value

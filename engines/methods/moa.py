@@ -39,6 +39,7 @@ class MoAConfig(LinkConfig):
     gamma: int | str = 4  # chain length when tree=False
 
     def __post_init__(self):
+        super().__post_init__()
         self.total_tokens = int_or_auto(self.total_tokens)
         self.gamma = int_or_auto(self.gamma)
 
