@@ -16,7 +16,7 @@ import torch
 from ..drafters.trained import load_trained
 from ..layers import LayerStack
 from .data import batches, teacher
-from .train import AdapterStudent, EagleStudent, ExitStudent, StreamingStudent, Student, TinyStudent
+from .train import AdapterStudent, EagleStudent, ExitStudent, MoAStudent, StreamingStudent, Student, TinyStudent
 
 
 def shipped_student(name: str, stack: LayerStack) -> tuple[Student, torch.Tensor]:
@@ -36,6 +36,8 @@ def shipped_student(name: str, stack: LayerStack) -> tuple[Student, torch.Tensor
         return EagleStudent(name, module, stack, noise=0.0), vocab
     if kind == "ss":
         return StreamingStudent(name, module, [], vocab), vocab
+    if kind == "moa":  # its CA memory under the training block mask: lags of 1 to 15 tokens, as in a draft tree
+        return MoAStudent(name, module, stack), vocab
     raise ValueError(f"no agreement measure for drafter kind {kind!r}")
 
 
@@ -58,13 +60,14 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
     if max(ks) > len(vocab):
         raise ValueError(f"ks must not exceed the draft vocabulary ({len(vocab)} tokens), got {max(ks)}")
     layers = tuple(sorted({layer for student, _ in students for layer in student.layers}))
+    keys_values = any(student.needs_keys_values for student, _ in students)
     head = stack.model.lm_head.weight.float()
     hits = {name: dict.fromkeys(ks, 0) for name in names}
     positions = 0
     work = batches(records, batch_tokens, seed=0)
     for i, batch in enumerate(work):
         batch = batch.to(stack.device)
-        signals = teacher(stack, batch, layers, vocab)
+        signals = teacher(stack, batch, layers, vocab, keys_values)
         features = signals["feature"][batch.loss_mask]
         target = torch.cat([(chunk @ head.T).argmax(-1) for chunk in features.split(1024)])
         positions += len(target)
