@@ -249,3 +249,45 @@ def law_tokens_per_s(tokens_per_round: float, step_seconds: float) -> float:
     if step_seconds <= 0:
         raise ValueError(f"step_seconds must be > 0, got {step_seconds}")
     return tokens_per_round / step_seconds
+
+
+# --- Mixture of Attentions, client–server (paper 001, methods.md §4.5) ------------------------------------
+# MoA keeps the serial draft → verify loop; in client–server mode each cycle also crosses the link twice:
+#
+#     T_cycle = T_draft,client + RTT + 8·(bytes_up + bytes_down)/BW + T_verify,server + T_LSA      [derived]
+#     server calls per answer ≈ n_generated / τ                                               (paper)
+#
+# with bytes_up = 4M and bytes_down = 3A + 2A·E_kv·(TLI+1) (Table 7, :func:`engines.network.table7_bytes`).
+
+
+def moa_cycle_seconds(t_draft: float, rtt: float, bytes_up: float, bytes_down: float, bandwidth_bps: float | None,
+                      t_verify: float, t_lsa: float = 0.0) -> float:
+    """One client–server cycle (methods.md §4.5, [derived]): T_draft + RTT + 8(bytes_up + bytes_down)/BW +
+    T_verify + T_LSA. ``bandwidth_bps`` in bits per second; ``None`` (or ∞) = an unlimited link (no transfer
+    term). RTT is both one-way delays of the cycle's two messages; losses and resends are not modelled."""
+    _check_times(t_draft=t_draft, rtt=rtt, bytes_up=bytes_up, bytes_down=bytes_down, t_verify=t_verify, t_lsa=t_lsa)
+    if bandwidth_bps is not None and not bandwidth_bps > 0:
+        raise ValueError(f"bandwidth_bps must be > 0 (None = unlimited), got {bandwidth_bps}")
+    transfer = 0.0 if bandwidth_bps is None or math.isinf(bandwidth_bps) else 8 * (bytes_up + bytes_down) / bandwidth_bps
+    return t_draft + rtt + transfer + t_verify + t_lsa
+
+
+def server_calls_per_answer(new_tokens: float, tau: float, prefill: bool = True) -> float:
+    """Calls to the target per answer of ``new_tokens`` at τ tokens per verification.
+
+    ``prefill=True`` counts as the engine does (``Stats.target_calls``): the prefill call yields the first token
+    and each verification τ more, so 1 + (n − 1)/τ. ``prefill=False`` is the paper's ≈ n/τ (Table 3's "calls")."""
+    _check_times(new_tokens=new_tokens)
+    if not tau >= 1:
+        raise ValueError(f"tau must be >= 1 (the bonus token alone makes 1), got {tau}")
+    if not prefill:
+        return new_tokens / tau
+    return 1 + max(new_tokens - 1, 0) / tau if new_tokens else 0.0
+
+
+def moa_break_even_tli(hidden: int, kv_width: int) -> int:
+    """The smallest TLI at which MoA's downlink activations per token, 2·E_kv·(TLI+1), exceed EAGLE's E: from
+    there on MoA sends more bytes per accepted token than EAGLE (Table 7)."""
+    if hidden <= 0 or kv_width <= 0:
+        raise ValueError(f"hidden and kv_width must be > 0, got {hidden} and {kv_width}")
+    return max(0, hidden // (2 * kv_width))  # 2·E_kv·(t+1) > E  ⇔  t + 1 > E/(2E_kv)  ⇔  t ≥ ⌊E/(2E_kv)⌋

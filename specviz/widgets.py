@@ -14,6 +14,8 @@ Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end pack
   uniform one, with the predicted hit rate of each.
 * :func:`cats_run_explorer` — CATS's layers, γ̄, acceptance, the memory budget and the flash bandwidth → a
   real ``cats`` run beside ``ar`` under the same budget, with one cycle's Gantt and the confusion matrix.
+* :func:`message_size_explorer` — A, M, TLI, E_kv, E and bytes per value → MoA's, EAGLE's and an independent
+  draft's messages per cycle (the MoA paper's Table 7) and the TLI from which MoA sends more than EAGLE.
 
 Figures are re-drawn into an ``Output`` widget rather than updated in a ``FigureWidget``, because
 plotly's ``FigureWidget`` needs the ``anywidget`` front-end, which the project does not depend on.
@@ -452,3 +454,47 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
     )
     return slider_explorer(sliders, lambda values: (formula_readout(**values, n_layers=n_layers),
                                                     [formula_figure(**values, n_layers=n_layers)]))
+
+
+# --- MoA's messages (paper 002, methods.md §4.2 Table 7) -------------------------------------------------
+def message_size_readout(accepted: int, nodes: int, tli: int, kv_width: int, hidden: int,
+                         bytes_per_value: float = 1.0) -> str:
+    """MoA's and EAGLE's bytes down per cycle and the TLI from which MoA's message is the bigger one, as HTML."""
+    from engines.network import table7_bytes
+
+    from .theory import moa_break_even_tli
+
+    def down(kind: str) -> float:
+        return table7_bytes(kind, accepted=accepted, nodes=nodes, hidden=hidden, kv_width=kv_width, tli=tli,
+                            bytes_per_value=bytes_per_value)["down"]
+
+    moa, eagle = down("moa"), down("eagle")
+    even = moa_break_even_tli(hidden, kv_width)
+    verdict = "bigger" if moa > eagle else ("the same size" if moa == eagle else "smaller")
+    return (f"down per cycle: MoA 3A + 2A·E<sub>kv</sub>·(TLI+1)·b = <b>{moa:,.0f} B</b> vs EAGLE 3A + A·E·b = "
+            f"<b>{eagle:,.0f} B</b> (MoA's is {verdict}); up 4M = <b>{4 * nodes:,} B</b> for both. "
+            f"Break-even: MoA's message exceeds EAGLE's once 2·E<sub>kv</sub>·(TLI+1) &gt; E, i.e. from "
+            f"<b>TLI = {even}</b> on.")
+
+
+def message_size_explorer(accepted: int = 4, nodes: int = 16, tli: int = 0, kv_width: int = 192, hidden: int = 576,
+                          bytes_per_value: float = 1, measured=None) -> W.VBox:
+    """Sliders A, M, TLI, E_kv, E and the bytes per value → Table 7's message sizes for MoA, EAGLE and an
+    independent draft (:func:`specviz.moa_views.message_size_figure`) and a one-line readout. ``measured``:
+    runs (label → events) whose mean messages are drawn over the bars (for this model's E and E_kv)."""
+    from .moa_views import message_size_figure
+
+    sliders = dict(
+        accepted=W.IntSlider(value=accepted, min=1, max=16, description="A (accepted)"),
+        nodes=W.IntSlider(value=nodes, min=1, max=60, description="M (tree nodes)"),
+        tli=W.IntSlider(value=tli, min=0, max=8, description="TLI"),
+        kv_width=W.IntSlider(value=kv_width, min=16, max=2048, step=16, description="E_kv"),
+        hidden=W.IntSlider(value=hidden, min=64, max=8192, step=64, description="E (hidden)"),
+        bytes_per_value=W.Dropdown(options=[("1 (int8, the paper)", 1), ("2 (fp16)", 2), ("4 (fp32)", 4)],
+                                   value=bytes_per_value, description="bytes / value"),
+    )
+
+    def render(values: dict):
+        return message_size_readout(**values), [message_size_figure(**values, measured=measured)]
+
+    return slider_explorer(sliders, render)
