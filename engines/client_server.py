@@ -33,11 +33,11 @@ from .decoding import DecodeContext, Transcript, drafter_events, prefill, target
 from .drafters.base import sample_draft_token
 from .drafters.moa_drafter import MoADrafter, VerifiedBlock
 from .drafters.tree_drafters import EagleTreeDrafter
-from .dynamic_tree import TreeSizer, best_nodes, grow_tree
+from .dynamic_tree import TreeSizer
 from .network import Link, decode_draft, decode_verdict, encode_draft, encode_verdict
-from .trace import DraftTree, Event, LinkSend
+from .trace import Event, LinkSend
 from .tree import DraftTreeNodes, TreeNode, keep_path, verify_tree
-from .tree_decode import MAX_TREE_NODES, tree_nodes, tree_verification
+from .tree_decode import MAX_TREE_NODES, draft_round, tree_verification
 
 
 @dataclass
@@ -124,15 +124,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
             yield from _alone(ctx, drafter, out, round_)
             return
         # client: draft a tree, send its ids and shape
-        started = trace.now()
-        tree = grow_tree(drafter, out.ids, min(depth, max(out.remaining - 1, 1)), topk, ctx.sampler)
-        size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
-        sent_ids = best_nodes(tree, size)
-        sent = tree.subset(sent_ids)
-        if trace.detailed:
-            yield ctx.span("draft", round_, started)
-            yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
-            yield from drafter_events(ctx, drafter, "draft", round_)
+        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_)
         up = encode_draft(sent.tokens, sent.parents)
         yield from send(up, "up", round_, "draft tree: ids + tree positions")
         # server: verify, keep the accepted path, compute the client's activations

@@ -32,15 +32,7 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
     round_ = 0
     while not out.done:
         round_ += 1
-        started = trace.now()
-        tree = grow_tree(drafter, out.ids, min(depth, max(out.remaining - 1, 1)), topk, ctx.sampler)
-        size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
-        sent_ids = best_nodes(tree, size)
-        sent = tree.subset(sent_ids)
-        if trace.detailed:
-            yield ctx.span("draft", round_, started)
-            yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
-            yield from drafter_events(ctx, drafter, "draft", round_)
+        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_)
         started = trace.now()
         prefix = len(out.ids) - 1
         logits, seen = target_forward(ctx, cache, [out.ids[-1]] + sent.tokens, observe,
@@ -60,6 +52,23 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
             sizer.update(tree, tokens)
         yield out.commit(round_, tokens, fates, drafted=len(sent), accepted=len(verdict.path),
                          draft_depth=max((n.depth for n in sent.nodes), default=0))
+
+
+def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: TreeSizer | None,
+                total_tokens: int | None, round_: int):
+    """Grow this round's tree and choose the nodes to verify (every tree loop, one device or client–server):
+    yields the round's draft events, returns ``(tree, sent_ids, sent)``."""
+    trace = ctx.trace
+    started = trace.now()
+    tree = grow_tree(drafter, out.ids, min(depth, max(out.remaining - 1, 1)), topk, ctx.sampler)
+    size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
+    sent_ids = best_nodes(tree, size)
+    sent = tree.subset(sent_ids)
+    if trace.detailed:
+        yield ctx.span("draft", round_, started)
+        yield DraftTree(t=trace.now(), round=round_, drafter=drafter.name, nodes=tree_nodes(tree, set(sent_ids)))
+        yield from drafter_events(ctx, drafter, "draft", round_)
+    return tree, sent_ids, sent
 
 
 def tree_nodes(tree: DraftTreeNodes, sent: set[int]) -> list[dict]:

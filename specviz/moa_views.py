@@ -52,6 +52,7 @@ from engines.trace import (Commit, DraftStep, DraftTree, Event, LinkSend, Lsa, P
                            Verification)
 
 from .theory import moa_break_even_tli, moa_cycle_seconds
+from .verdict_views import _tokens_per_s
 
 PARTS = ("sa", "ca", "tli", "head")
 PART_LABELS = {"sa": "SA: self-attention over the drafted tokens", "ca": "CA: cross-attention into the LSA memory",
@@ -132,16 +133,6 @@ def run_tli(events: Sequence[Event]) -> int:
 def verification_rounds(events: Sequence[Event]) -> list[Commit]:
     """Commits of rounds the server verified (round ≥ 1, no token the client wrote alone)."""
     return [c for c in _of(events, Commit) if c.round >= 1 and "client" not in c.fates]
-
-
-def _tokens_per_s(events: Sequence[Event]) -> float | None:
-    end = _last(events, RunEnd)
-    if end is not None and "tokens_per_s" in end.stats:
-        return float(end.stats["tokens_per_s"])
-    commits, prefill = _of(events, Commit), _first(events, Prefill)
-    if not commits or prefill is None or commits[-1].t <= prefill.t:
-        return None
-    return sum(len(c.tokens) for c in commits) / (commits[-1].t - prefill.t)
 
 
 def moa_metrics(events: Sequence[Event]) -> dict:

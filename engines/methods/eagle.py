@@ -77,9 +77,7 @@ class EagleTree(Method):
 
     def __init__(self, config: EagleConfig, engine):
         super().__init__(config, engine)
-        self.lossless = config.disconnect_after is None
-        if config.client_server:
-            self.clock = "wall+link"
+        self.lossless, self.clock = config.run_labels()
 
     def prepare(self) -> None:
         super().prepare()

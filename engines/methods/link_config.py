@@ -46,6 +46,11 @@ class LinkConfig(MethodConfig):
     def client_server(self) -> bool:
         return self.network != NO_NETWORK
 
+    def run_labels(self) -> tuple[bool, str]:
+        """(lossless, clock) for the run's start event: a disconnected client is lossy; a link adds its
+        simulated seconds to the measured compute."""
+        return self.disconnect_after is None, "wall+link" if self.client_server else "wall"
+
     def link(self) -> Link:
         return Link(link_profile(self.network, self.packet_loss), seed=self.link_seed)
 

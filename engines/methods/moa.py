@@ -70,9 +70,7 @@ class MixtureOfAttentions(Method):
 
     def __init__(self, config: MoAConfig, engine):
         super().__init__(config, engine)
-        self.lossless = config.disconnect_after is None
-        if config.client_server:
-            self.clock = "wall+link"
+        self.lossless, self.clock = config.run_labels()
 
     def lanes(self, ctx: DecodeContext) -> dict:
         if self.config.client_server:
