@@ -13,6 +13,8 @@ Decisions:
   and added (never waited), so a 4G run takes no longer to watch than a local one. The page says so.
 - A run with ``disconnect_after`` is lossy: the page says LOSSY beside its text and in every figure's title.
 - Drafters that are not shipped in ``data/drafts`` are not offered.
+- The network controls map one to one onto the link options of ``engines/methods/link_config.py`` (``network``,
+  ``packet_loss``, ``disconnect_after``), which ``moa`` and ``eagle`` share.
 - The Gantt redraws at most every 0.4 s while a run streams, from the partial event list.
 """
 

@@ -80,14 +80,16 @@ class MoAServer:
             i = layer - target_cache.first_layer
             return layer_kv_rows(target_cache.keys[i][:, :, start:end], target_cache.values[i][:, :, start:end])[0]
 
+        needed = range(stack.n_layers) if head.uses_lsa else head.tli_layers
+        per_layer = {l: rows(l) for l in needed}  # each layer's rows read once, for LSA and TLI alike
         if head.uses_lsa:
-            layer_kv = torch.stack([rows(l) for l in range(stack.n_layers)], dim=1)  # [n, L, 2·E_kv]
+            layer_kv = torch.stack([per_layer[l] for l in needed], dim=1)  # [n, L, 2·E_kv]
             memory = head.memory_rows(layer_kv=layer_kv.to(next(head.parameters()).dtype))
         else:
             memory = stack.backbone.norm(seen[stack.n_layers][0, :n_valid])
         tli_kv = None
         if head.tli:
-            tli_kv = torch.stack([torch.stack(split_keys_values(rows(l), head)) for l in head.tli_layers])
+            tli_kv = torch.stack([torch.stack(split_keys_values(per_layer[l], head)) for l in head.tli_layers])
         self.seconds, self.tokens = time.perf_counter() - started, n_valid
         return VerifiedBlock(memory, tli_kv)
 
