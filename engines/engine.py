@@ -15,7 +15,7 @@ import torch
 
 from .decoding import DecodeContext
 from .drafters.trained import load_trained
-from .kernels import install
+from .kernels import KernelPlan, install
 from .lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
 from .lanes.runtime import load_message_cost, save_message_cost
 from .layers import LayerStack
@@ -39,14 +39,19 @@ class RunResult:
 
 
 class Engine:
-    def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom", fp32_head: bool = False):
+    def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom", fp32_head: bool = False,
+                 row_invariant: bool | None = None):
         """``fp32_head``: where the model runs in a 16-bit dtype, compute its final norm and LM head in
-        fp32 (see :meth:`engines.layers.LayerStack.use_fp32_head`)."""
+        fp32 (see :meth:`engines.layers.LayerStack.use_fp32_head`). ``row_invariant``: verify n tokens
+        with the bits n one-token steps would give (see :mod:`engines.exact_numerics`); ``None`` turns it
+        on for 16-bit dtypes on the CPU, where it keeps greedy output equal to ``ar``'s at no cost."""
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.target = LayerStack(model)
         self.target.use_fp32_head(fp32_head)
+        self.target.use_row_invariant(row_invariant)
+        install_stack(self.target, KernelPlan(row_invariant=self.target.row_invariant))
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
         self._draft_sources: dict[str, Path] = {}
@@ -60,10 +65,10 @@ class Engine:
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
-             fp32_head: bool = False) -> "Engine":
+             fp32_head: bool = False, row_invariant: bool | None = None) -> "Engine":
         """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
         loaded: LoadedModel = load_model(model, dtype, device)
-        engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head)
+        engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head, row_invariant)
         engine.verify_cost(measure_if_missing=False)
         return engine
 
@@ -114,7 +119,8 @@ class Engine:
         Cached on disk for named models; a model built in memory (``name="custom"``) is measured once
         per engine. Measuring takes a few seconds on the default model (every kernel, n = 1..16).
         """
-        name = self.name + ("+fp32head" if self.target.fp32_head is not None else "")
+        name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
+                + ("+rowinv" if self.target.row_invariant else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:
@@ -136,7 +142,7 @@ class Engine:
     def use_kernels(self, curve: VerifyCost) -> None:
         """Run the target and every loaded drafter with the kernels the curve chose."""
         plan = curve.plan()
-        install_stack(self.target, plan)
+        install_stack(self.target, curve.plan(self.target.row_invariant))
         for module in self._trained.values():
             install(module, plan)
         for stack in self._drafts.values():

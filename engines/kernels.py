@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .exact_numerics import stock_attention
+
 
 def _weight_first(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``(W @ xᵀ)ᵀ``: BLAS then runs a gemm with a narrow N instead of a gemv-like small-M gemm."""
@@ -52,10 +54,16 @@ def available_kernels(device: torch.device | str) -> list[str]:
 
 
 class KernelPlan:
-    """Kernel name per row count M; rows beyond the largest tuned M use the kernel tuned for it."""
+    """Kernel name per row count M; rows beyond the largest tuned M use the kernel tuned for it.
 
-    def __init__(self, by_rows: dict[int, str] | None = None):
+    ``row_invariant``: one-row products run as two identical rows, so that a row's bits never depend on
+    how many rows share the call (see :mod:`engines.exact_numerics`); the plan should then name one
+    kernel for every M, as kernels round differently from one another.
+    """
+
+    def __init__(self, by_rows: dict[int, str] | None = None, row_invariant: bool = False):
         self.by_rows = {int(m): k for m, k in (by_rows or {}).items()}
+        self.row_invariant = row_invariant
         unknown = set(self.by_rows.values()) - set(KERNELS)
         if unknown:
             raise ValueError(f"kernel must be one of {tuple(KERNELS)}, got {sorted(unknown)}")
@@ -64,6 +72,15 @@ class KernelPlan:
     def kernel(self, rows: int):
         name = self.by_rows.get(min(rows, self._largest), "linear") if self.by_rows else "linear"
         return KERNELS[name]
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ weightᵀ (+ bias)`` with the kernel planned for this many rows."""
+        rows = x.numel() // x.shape[-1]
+        kernel = self.kernel(rows)
+        if rows == 1 and self.row_invariant:  # a one-row gemv rounds unlike the many-row gemm
+            pair = x.reshape(1, -1).expand(2, -1).contiguous()
+            return kernel(pair, weight, bias)[:1].reshape(*x.shape[:-1], weight.shape[0])
+        return kernel(x, weight, bias)
 
     def to_dict(self) -> dict[str, str]:
         return {str(m): k for m, k in sorted(self.by_rows.items())}
@@ -75,8 +92,7 @@ class PlannedLinear(nn.Linear):
     plan: KernelPlan
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        return self.plan.kernel(rows)(x, self.weight, self.bias)
+        return self.plan.linear(x, self.weight, self.bias)
 
 
 def install(model: nn.Module, plan: KernelPlan) -> None:
@@ -98,12 +114,13 @@ def uninstall(model: nn.Module) -> None:
 
 @contextmanager
 def stock_kernels(model: nn.Module):
-    """Run ``model`` as PyTorch ships it (``F.linear`` everywhere) inside the block, e.g. to time Hugging
-    Face's own ``generate`` as its users get it; the tuned plan comes back afterwards."""
+    """Run ``model`` as PyTorch ships it (``F.linear`` everywhere, ``sdpa`` attention) inside the block, e.g.
+    to time Hugging Face's own ``generate`` as its users get it; the tuned plan comes back afterwards."""
     plans = {module: module.plan for module in model.modules() if isinstance(module, PlannedLinear)}
     uninstall(model)
     try:
-        yield model
+        with stock_attention(model):
+            yield model
     finally:
         for module, plan in plans.items():
             module.__class__ = PlannedLinear

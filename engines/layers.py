@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .exact_numerics import default_row_invariant, use_row_invariant_attention
 from .kv_cache import KVCache
 
 
@@ -74,6 +75,14 @@ class LayerStack:
         self.dtype = real[0].dtype
         self.device = real[0].device
         self.fp32_head: torch.nn.Module | None = None
+        self.row_invariant = False
+
+    def use_row_invariant(self, enabled: bool | None = None) -> None:
+        """Compute each row of a many-token forward bit for bit as a one-token step would (see
+        :mod:`engines.exact_numerics`): ``None`` turns it on where it is needed and free (16-bit, CPU).
+        The linear layers follow through the kernel plan the engine installs (``Engine.use_kernels``)."""
+        self.row_invariant = default_row_invariant(self.dtype, self.device) if enabled is None else enabled
+        use_row_invariant_attention(self.model, self.row_invariant)
 
     def use_fp32_head(self, enabled: bool = True) -> None:
         """Final norm and LM head in fp32 while the layers stay in a 16-bit dtype.

@@ -84,8 +84,8 @@ class VerifyCost:
     def ceiling_tokens_per_s(self) -> float:
         return self.bandwidth_gb_s * 1e9 / self.weight_bytes if self.weight_bytes else 0.0
 
-    def plan(self) -> KernelPlan:
-        return KernelPlan(self.kernels)
+    def plan(self, row_invariant: bool = False) -> KernelPlan:
+        return KernelPlan(self.kernels, row_invariant)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -212,18 +212,22 @@ def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: 
         raise ValueError(f"prefix + max_tokens must fit the context window of {capacity}, got {prefix + max_tokens}")
     kernels = kernels or available_kernels(stack.device)
     ns = list(range(1, max_tokens + 1))
+    row_invariant = getattr(stack, "row_invariant", False)
     by_kernel = {}
     for kernel in kernels:
         if progress:
             progress(f"timing forwards of 1..{max_tokens} tokens with the {kernel} kernel")
-        install_stack(stack, KernelPlan({1: kernel}))
+        install_stack(stack, KernelPlan({1: kernel}, row_invariant))
         by_kernel[kernel] = time_forwards(stack, prefix, ns, repeats)
     chosen = {n: min(kernels, key=lambda k: by_kernel[k][n]) for n in ns}
+    if row_invariant:  # kernels round differently: one for every n, the fastest over the whole curve
+        best = min(kernels, key=lambda k: sum(by_kernel[k].values()))
+        chosen = {n: best for n in ns}
     seconds = {n: by_kernel[chosen[n]][n] for n in ns}
     threads = torch.get_num_threads()
     curve = VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds, chosen,
                        by_kernel, prefix, threads, measure_bandwidth(stack.device), weight_bytes(stack.model))
-    install_stack(stack, curve.plan())
+    install_stack(stack, curve.plan(row_invariant))
     return curve
 
 

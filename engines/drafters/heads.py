@@ -54,8 +54,7 @@ class SharedHead(nn.Module):
         return self._rows[dtype]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        rows = hidden.numel() // hidden.shape[-1]
-        return self.kernel_plan.kernel(rows)(hidden, self.rows(hidden.dtype), None)
+        return self.kernel_plan.linear(hidden, self.rows(hidden.dtype), None)
 
     def to_full(self, logits: torch.Tensor) -> torch.Tensor:
         full = torch.full((*logits.shape[:-1], self.vocab_size), float("-inf"), dtype=torch.float32,

@@ -1,0 +1,117 @@
+"""Row-invariant numerics: in bf16 a verification over n tokens must give every row the bits of n one-token
+steps, so that a lossless method's greedy output equals `ar`'s exactly (see engines/exact_numerics.py).
+
+Unit tests run a tiny random bf16 Llama (wide enough that its matmuls take the same kernel paths as the real
+model's); one integration test runs the default model in bf16 against `ar`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from engines import Engine
+from engines.exact_numerics import ROW_INVARIANT_ATTENTION
+from engines.kernels import KernelPlan, stock_kernels
+
+
+def bf16_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval().to(torch.bfloat16)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+def chunk_and_steps(engine: Engine, prefix: list[int], chunk: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of ``chunk`` verified in one forward, and the same tokens fed one at a time."""
+    stack = engine.target
+    with torch.inference_mode():
+        together = stack.new_cache(128)
+        stack.forward(prefix, together)
+        chunked = stack.forward(chunk, together)
+        apart = stack.new_cache(128)
+        stack.forward(prefix, apart)
+        stepped = torch.cat([stack.forward([token], apart) for token in chunk])
+    return chunked, stepped
+
+
+@pytest.fixture(scope="module")
+def model():
+    return bf16_llama()
+
+
+def test_bf16_on_cpu_turns_it_on_and_fp32_does_not(model):
+    assert Engine(model).target.row_invariant
+    assert Engine(model).model.config._attn_implementation == ROW_INVARIANT_ATTENTION
+    fp32 = bf16_llama().float()
+    assert not Engine(fp32).target.row_invariant
+
+
+def test_chunked_verification_rows_equal_one_token_steps(model):
+    engine = Engine(model, row_invariant=True)
+    generator = torch.Generator().manual_seed(1)
+    for n in (2, 5, 11):
+        ids = torch.randint(0, 512, (40 + n,), generator=generator).tolist()
+        chunked, stepped = chunk_and_steps(engine, ids[:40], ids[40:])
+        assert torch.equal(chunked, stepped), f"{n} tokens: max diff {(chunked - stepped).abs().max()}"
+
+
+def test_tree_rows_equal_the_steps_along_their_path(model):
+    engine = Engine(model, row_invariant=True)
+    stack = engine.target
+    prefix = list(range(3, 43))
+    tokens, parents = [7, 8, 9, 10, 11], [-1, 0, 0, 1, 3]  # two branches: 7→8→10→11 and 7→9
+    with torch.inference_mode():
+        cache = stack.new_cache(128)
+        stack.forward(prefix, cache)
+        tree_logits = stack.forward(tokens, cache, parents)
+    for node, path in ((4, [7, 8, 10, 11]), (2, [7, 9])):
+        _, stepped = chunk_and_steps(engine, prefix, path)
+        assert torch.equal(tree_logits[node], stepped[-1])
+
+
+def test_a_one_row_product_gets_the_bits_of_a_many_row_one():
+    torch.manual_seed(0)
+    weight = (torch.randn(576, 1536) * 0.03).bfloat16()
+    rows = (torch.randn(16, 1536) * 20).bfloat16()
+    plan = KernelPlan(row_invariant=True)
+    together = plan.linear(rows, weight, None)
+    assert all(torch.equal(plan.linear(rows[i], weight, None), together[i]) for i in range(16))
+    assert plan.linear(rows[0][None, None], weight, None).shape == (1, 1, 576)
+
+
+def test_stock_kernels_run_sdpa_and_give_the_row_invariant_attention_back(model):
+    engine = Engine(model, row_invariant=True)
+    with stock_kernels(engine.model):
+        assert engine.model.config._attn_implementation == "sdpa"
+    assert engine.model.config._attn_implementation == ROW_INVARIANT_ATTENTION
+
+
+def test_long_causal_passes_match_sdpa(model):
+    """Prefill and training passes (many rows, no mask) keep PyTorch's fused attention: same output."""
+    ids = torch.arange(100)[None] % 512
+    engine = Engine(model, row_invariant=True)
+    with torch.inference_mode():
+        with stock_kernels(model):
+            reference = model(ids).logits
+        states = engine.target.causal_states(ids, [])
+        logits = engine.target.logits(states[engine.target.n_layers])
+    assert torch.equal(logits, reference[0].float())
+
+
+@pytest.fixture(scope="module")
+def bf16_engine():
+    return Engine.load(dtype="bfloat16")
+
+
+@pytest.mark.parametrize("method,options", [("pld", {}), ("eagle", {}), ("sps", {"draft": "eagle"})])
+def test_default_model_in_bf16_equals_ar(bf16_engine, method, options):
+    engine = bf16_engine
+    prompt = "Summarize in two sentences: the river rose after three days of rain, flooding the low fields " \
+             "by the mill, and the villagers moved their animals to the hill above the church."
+    reference = engine.run(prompt, "ar", max_new_tokens=64).token_ids
+    assert engine.run(prompt, method, max_new_tokens=64, **options).token_ids == reference
