@@ -16,6 +16,7 @@ import torch
 from .kv_cache import KVCache
 from .layers import LayerStack
 from .sampling import Sampler
+from .text_pieces import IncrementalDetokenizer
 from .trace import Commit, Prefill, StageSpan, Trace
 
 DRAFT_MARGIN = 64  # cache slots beyond prompt + budget, for draft tokens that may be rejected
@@ -50,6 +51,7 @@ class Transcript:
         self.new_ids: list[int] = []
         self.text = ""
         self.stop_reason = ""
+        self._pieces = IncrementalDetokenizer(ctx.detokenize)
 
     @property
     def done(self) -> bool:
@@ -71,11 +73,12 @@ class Transcript:
         for token in tokens:
             self.ids.append(token)
             self.new_ids.append(token)
-            text = self.ctx.detokenize(self.new_ids)
-            pieces.append(text[len(self.text):])
-            self.text = text
+            pieces.append(self._pieces.push(token))
         if not self.stop_reason and self.remaining <= 0:
             self.stop_reason = "max_new_tokens"
+        if self.stop_reason and pieces:  # the last commit: nothing may stay held back
+            pieces[-1] += self._pieces.flush()
+        self.text += "".join(pieces)
         return Commit(t=self.ctx.trace.now(), round=round_, tokens=tokens, fates=fates, pieces=pieces,
                       drafted=drafted, accepted=min(accepted, len(tokens)), draft_depth=draft_depth)
 

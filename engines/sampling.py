@@ -68,6 +68,10 @@ class Sampler:
     def uniform(self) -> float:
         return float(torch.rand((), generator=self.generator))
 
+    def uniforms(self, n: int) -> torch.Tensor:
+        """``n`` uniforms at once (float32, where the generator lives: the CPU unless built elsewhere)."""
+        return torch.rand(n, generator=self.generator, device=self.generator.device).cpu()
+
     def next_token(self, logits: torch.Tensor) -> int:
         """Token for one row of logits ``[V]``."""
         if self.greedy:

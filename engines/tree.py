@@ -140,22 +140,25 @@ def greedy_tree(tree: DraftTreeNodes, target_logits: torch.Tensor) -> TreeVerdic
 
 
 def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampler) -> TreeVerdict:
-    """The multi-candidate rule over warped target distributions ``[1 + n, V]``."""
+    """The multi-candidate rule over warped target distributions ``[1 + n, V]``.
+
+    p(token) under each node's parent row and q(token) are fetched for the whole tree in one transfer; the
+    host waits on the device again only after a rejection, when the residual replaces the row."""
     kids = tree.children()
     n = len(tree)
     outcomes = ["unreached"] * n
     p_token: list[float | None] = [None] * n
     q_token: list[float | None] = [None] * n
     draws: list[float | None] = [None] * n
+    first_p, first_q = _node_probabilities(tree, target_probs)
     path, parent, row = [], -1, 0
-    p = target_probs[0]
+    p, residual = target_probs[0], False
     while True:
         accepted = None
         for child in kids.get(parent, []):
             node = tree.nodes[child]
-            q = node.q
-            p_c = float(p[node.token])
-            q_c = 1.0 if q is None else float(q[node.token])
+            p_c = float(p[node.token]) if residual else first_p[child]
+            q_c = first_q[child]
             u = sampler.uniform()
             p_token[child], q_token[child], draws[child] = p_c, q_c, u
             if u * q_c < p_c:  # u < p/q without dividing by zero
@@ -163,16 +166,27 @@ def sample_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampl
                 outcomes[child] = "accepted"
                 break
             outcomes[child] = "rejected"
-            if q is None:
-                p = _remove_token(p, node.token)
-            else:
-                p = residual_distribution(p, q)
+            p = _remove_token(p, node.token) if node.q is None else residual_distribution(p, node.q)
+            residual = True
         if accepted is None:
             fate = "correction" if kids.get(parent) else "bonus"
             return TreeVerdict(path, sampler.draw(p), fate, outcomes, p_token, q_token, draws)
         path.append(accepted)
         parent, row = accepted, accepted + 1
-        p = target_probs[row]
+        p, residual = target_probs[row], False
+
+
+def _node_probabilities(tree: DraftTreeNodes, target_probs: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per node: the target's p(token) in its parent's row, and the draft's q(token) (1 for a point mass)."""
+    if not len(tree):
+        return [], []
+    device = target_probs.device
+    rows = torch.tensor([node.parent + 1 for node in tree.nodes], device=device)  # row 0 is the root's
+    tokens = torch.tensor([node.token for node in tree.nodes], device=device)
+    one = torch.ones((), device=device)
+    q = torch.stack([one if node.q is None else node.q[node.token].to(device, torch.float32) for node in tree.nodes])
+    p_host, q_host = torch.stack([target_probs[rows, tokens].float(), q]).cpu().tolist()
+    return p_host, q_host
 
 
 def typical_tree(tree: DraftTreeNodes, target_probs: torch.Tensor, sampler: Sampler, epsilon: float = 0.09,

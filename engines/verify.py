@@ -41,20 +41,35 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def sample_chain(draft: list[int], draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
                  sampler: Sampler) -> Verdict:
-    """``draft_probs`` ``[γ, V]`` is q at each draft position; ``None`` means point-mass proposals."""
-    for i, token in enumerate(draft):
-        correction = judge_token(token, target_probs[i], draft_probs[i] if draft_probs is not None else None, sampler)
-        if correction is not None:
-            return Verdict(i, correction, "correction")
-    return Verdict(len(draft), sampler.draw(target_probs[len(draft)]), "bonus")
+    """``draft_probs`` ``[γ, V]`` is q at each draft position; ``None`` means point-mass proposals.
+
+    The whole chain is judged in one vectorized step — p(xᵢ) and q(xᵢ) gathered at once and compared with
+    γ uniforms — so the host waits on the device once per round, not once per drafted token."""
+    n = len(draft)
+    if n:
+        rows = torch.arange(n, device=target_probs.device)
+        tokens = torch.tensor(draft, device=target_probs.device)
+        p = target_probs[rows, tokens]
+        q = draft_probs.to(target_probs.device)[rows, tokens] if draft_probs is not None else torch.ones_like(p)
+        p_host, q_host = torch.stack([p.float(), q.float()]).cpu()  # the round's one wait on the device
+        refused = (sampler.uniforms(n) * q_host >= p_host).nonzero()  # u < p/q keeps, without dividing by zero
+        if len(refused):
+            i = int(refused[0])
+            q_i = draft_probs[i].to(target_probs.device) if draft_probs is not None \
+                else point_mass(draft[i], target_probs[i])
+            return Verdict(i, sampler.draw(residual_distribution(target_probs[i], q_i)), "correction")
+    return Verdict(n, sampler.draw(target_probs[n]), "bonus")
+
+
+def point_mass(token: int, like: torch.Tensor) -> torch.Tensor:
+    """A proposal that always drafts ``token`` (prompt lookup): one-hot, shaped and typed like ``like``."""
+    return torch.nn.functional.one_hot(torch.tensor(token, device=like.device), like.shape[-1]).to(like.dtype)
 
 
 def judge_token(token: int, p: torch.Tensor, q: torch.Tensor | None, sampler: Sampler) -> int | None:
     """One draft token against the target: kept with probability min(1, p/q) (``None``), else the token
     drawn from norm(max(p − q, 0)) in its place. ``q`` ``None`` is a point mass on ``token``."""
-    if q is None:
-        q = torch.nn.functional.one_hot(torch.tensor(token, device=p.device), p.shape[-1]).to(p.dtype)
-    q = q.to(p.device)
+    q = point_mass(token, p) if q is None else q.to(p.device)
     if sampler.uniform() * float(q[token]) < float(p[token]):  # u < p/q without dividing by zero
         return None
     return sampler.draw(residual_distribution(p, q))
