@@ -110,8 +110,10 @@ def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observ
 
 def prefill(ctx: DecodeContext, cache: KVCache, observe: tuple = ()) -> tuple[torch.Tensor, dict, Prefill]:
     """Run the whole prompt through the target: logits for the first new token, observed states, the event."""
+    ctx.trace.sync()
     start = time.perf_counter()
     logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
+    ctx.trace.sync()  # decode time starts when the prefill's kernels have finished, on any trace
     return logits[-1], seen, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids),
                                      seconds=time.perf_counter() - start)
 

@@ -283,6 +283,8 @@ class Engine:
             trace = Trace(detailed=instrument)
         else:  # a trace passed in collects this run too; the flag still decides what is recorded
             trace.detailed = instrument
+        if self.device.startswith("cuda"):
+            trace.device_sync = lambda device=self.target.device: torch.cuda.synchronize(device)
         ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
                             self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
         return self._stream(instance, ctx, temperature, budget)
@@ -337,6 +339,7 @@ class Engine:
             streamer.stop()  # a chunk read ahead but never used still crossed the flash: it counts
             for chunk in streamer.drain():
                 yield trace.emit(chunk)
+        trace.sync()  # the last kernels finish inside the run's time, instrumented or not
         end = trace.now()
         stats = compute_stats(trace.events[first:], end_time=end)
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),

@@ -414,11 +414,20 @@ class Trace:
     _held: float = 0.0  # seconds the consumer held yielded events, excluded from the clock
     _held_since: float | None = None
     _clock: Callable[[], float] | None = None  # virtual mode's clock, while a run replays on one
+    device_sync: Callable[[], None] | None = None  # waits for queued device work (CUDA), where there is any
 
     def now(self) -> float:
         """Seconds of the engine's own work since the trace began (:meth:`wall`), or the virtual clock of
-        a run that replays its schedule on one."""
+        a run that replays its schedule on one. A detailed trace first waits for the device, so a span's
+        ends are when its kernels finished, not when they were queued."""
+        if self.detailed:
+            self.sync()
         return self._clock() if self._clock is not None else self.wall()
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (nothing to wait for on a CPU)."""
+        if self.device_sync is not None:
+            self.device_sync()
 
     def wall(self) -> float:
         """Wall-clock seconds since the trace began, standing still while the consumer holds an event (a

@@ -80,3 +80,11 @@ def test_trainers_run_on_cuda(tmp_path, monkeypatch, kind, options):
         method, run_options = drafter_run_options(name)
         reference = engine.run([4, 5, 6], "ar", max_new_tokens=12)
         assert engine.run([4, 5, 6], method, max_new_tokens=12, **run_options).token_ids == reference.token_ids
+
+
+def test_a_cuda_run_waits_for_its_kernels_at_span_boundaries(cuda_engine):
+    from engines import Trace
+
+    trace = Trace()
+    cuda_engine.run("Hi", "pld", max_new_tokens=8, trace=trace)
+    assert trace.device_sync is not None

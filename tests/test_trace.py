@@ -96,3 +96,21 @@ def test_inference_mode_stays_inside_the_engine(tiny_engine):
 
     for _event in tiny_engine.generate([1, 2, 3], "sps", max_new_tokens=6, draft_layers=1, gamma=2):
         assert not torch.is_inference_mode_enabled()
+
+
+def test_spans_wait_for_the_device_when_timing_and_the_run_always_does(tiny_engine):
+    """On CUDA a clock read right after queuing kernels times the launch, not the work: a detailed trace
+    waits for the device at every timestamp, an uninstrumented run at the prefill's ends and the run's end."""
+    from engines import Trace
+
+    for instrument in (True, False):
+        waits = []
+        trace = Trace()
+        trace.device_sync = lambda: waits.append(1)
+        result = tiny_engine.run([1, 2, 3], "sps", max_new_tokens=6, draft_layers=1, gamma=2, trace=trace,
+                                 instrument=instrument)
+        spans = sum(event.kind == "stage_span" for event in result.events)
+        if instrument:
+            assert len(waits) > 2 * spans > 0
+        else:
+            assert len(waits) == 3 and spans == 0
