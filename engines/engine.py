@@ -40,17 +40,21 @@ class RunResult:
 
 class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom", fp32_head: bool = False,
-                 row_invariant: bool | None = None):
+                 row_invariant: bool | None = None, fused: bool = True):
         """``fp32_head``: where the model runs in a 16-bit dtype, compute its final norm and LM head in
         fp32 (see :meth:`engines.layers.LayerStack.use_fp32_head`). ``row_invariant``: verify n tokens
         with the bits n one-token steps would give (see :mod:`engines.exact_numerics`); ``None`` turns it
-        on for 16-bit dtypes on the CPU, where it keeps greedy output equal to ``ar``'s at no cost."""
+        on for 16-bit dtypes on the CPU, where it keeps greedy output equal to ``ar``'s at no cost.
+        ``fused``: run the layers through :class:`~engines.fused_layer.FusedLlamaLayer` (the same bits, faster);
+        ``False`` runs the Hugging Face layers as they are."""
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.target = LayerStack(model)
         self.target.use_fp32_head(fp32_head)
         self.target.use_row_invariant(row_invariant)
+        self.target.use_fused_layers(fused)
+        self._fused = fused
         install_stack(self.target, KernelPlan(row_invariant=self.target.row_invariant))
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
@@ -65,10 +69,10 @@ class Engine:
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
-             fp32_head: bool = False, row_invariant: bool | None = None) -> "Engine":
+             fp32_head: bool = False, row_invariant: bool | None = None, fused: bool = True) -> "Engine":
         """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
         loaded: LoadedModel = load_model(model, dtype, device)
-        engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head, row_invariant)
+        engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head, row_invariant, fused)
         engine.verify_cost(measure_if_missing=False)
         return engine
 
@@ -120,7 +124,7 @@ class Engine:
         per engine. Measuring takes a few seconds on the default model (every kernel, n = 1..16).
         """
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
-                + ("+rowinv" if self.target.row_invariant else ""))
+                + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .exact_numerics import default_row_invariant, use_row_invariant_attention
+from .fused_layer import FusedLlamaLayer, Projection
 from .kv_cache import KVCache
 
 
@@ -50,6 +51,10 @@ def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: 
     layers; ``mask`` is an additive 4-D mask or ``None`` (a single token, or causal whole sequences).
     """
     for layer in layers:
+        fused = getattr(layer, "specviz_fused", None)
+        if fused is not None and not torch.is_grad_enabled() and not (layer._forward_hooks or layer._forward_pre_hooks):
+            hidden = fused(hidden, positions, rotary, mask, cache)  # same math, fewer and faster products
+            continue
         hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
                        position_embeddings=rotary)
         if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
@@ -76,6 +81,8 @@ class LayerStack:
         self.device = real[0].device
         self.fp32_head: torch.nn.Module | None = None
         self.row_invariant = False
+        self.fused = False
+        self.packed_head: Projection | None = None
 
     def use_row_invariant(self, enabled: bool | None = None) -> None:
         """Compute each row of a many-token forward bit for bit as a one-token step would (see
@@ -83,6 +90,22 @@ class LayerStack:
         The linear layers follow through the kernel plan the engine installs (``Engine.use_kernels``)."""
         self.row_invariant = default_row_invariant(self.dtype, self.device) if enabled is None else enabled
         use_row_invariant_attention(self.model, self.row_invariant)
+        if self.fused:
+            self.use_fused_layers()
+
+    def use_fused_layers(self, enabled: bool = True) -> None:
+        """Run inference through :class:`~engines.fused_layer.FusedLlamaLayer` (q‖k‖v and gate‖up fused, weights
+        packed for the CPU's matmul library), which keeps its own copy of each layer's weights; layers it
+        does not recognise, or that are not loaded here (a lane's partial model), keep the Hugging Face path.
+        Off while a memory budget streams the layers (the copies would defeat it)."""
+        self.fused = enabled
+        head = self.model.lm_head
+        self.packed_head = (Projection(head.weight, self.row_invariant)
+                            if enabled and head.bias is None and head.weight.device.type != "meta" else None)
+        for layer in self.layers:
+            real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
+            layer.specviz_fused = (FusedLlamaLayer(layer, self.row_invariant)
+                                   if enabled and real and FusedLlamaLayer.supports(layer) else None)
 
     def use_fp32_head(self, enabled: bool = True) -> None:
         """Final norm and LM head in fp32 while the layers stay in a 16-bit dtype.
@@ -159,6 +182,8 @@ class LayerStack:
             return head(hidden)[0].float()
         if self.fp32_head is not None:
             return self.fp32_head(hidden.float())[0]
+        if self.packed_head is not None and not torch.is_grad_enabled():
+            return self.packed_head(self.backbone.norm(hidden))[0].float()
         return self.model.lm_head(self.backbone.norm(hidden))[0].float()
 
     def forward(self, ids: list[int], cache: KVCache, parents: list[int] | None = None) -> torch.Tensor:

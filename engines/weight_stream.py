@@ -598,19 +598,27 @@ class BudgetSlot:
         self.stack = stack
         self.name = name
         self.streamer: WeightStreamer | None = None
+        self._fused_before = False  # the stack ran fused layers before a budget switched them off
 
     @property
     def budget(self) -> MemoryBudget | None:
         return self.streamer.budget if self.streamer is not None else None
 
     def set(self, budget: MemoryBudget | None) -> None:
+        """A budget switches the fused layers off (their copies of the weights would stay resident) and
+        they come back when it is removed."""
         if budget == self.budget:
             return
         streamer, self.streamer = self.streamer, None
         if streamer is not None:
             streamer.close()
         if budget is not None:
+            self._fused_before = self._fused_before or self.stack.fused
+            self.stack.use_fused_layers(False)
             self.streamer = WeightStreamer(self.stack, self.name, budget)
+        elif self._fused_before:
+            self._fused_before = False
+            self.stack.use_fused_layers(True)
 
     @contextmanager
     def full_shapes(self) -> Iterator[None]:
