@@ -15,7 +15,7 @@ import torch
 
 from .decoding import DecodeContext
 from .drafters.trained import load_trained
-from .kernels import KernelPlan, install
+from .kernels import install
 from .lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
 from .lanes.runtime import load_message_cost, save_message_cost
 from .layers import LayerStack
@@ -52,10 +52,8 @@ class Engine:
         self.name = name
         self.target = LayerStack(model)
         self.target.use_fp32_head(fp32_head)
-        self.target.use_row_invariant(row_invariant)
-        self.target.use_fused_layers(fused)
+        self.target.prepare_inference(row_invariant, fused)
         self._fused = fused
-        install_stack(self.target, KernelPlan(row_invariant=self.target.row_invariant))
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
         self._draft_sources: dict[str, Path] = {}

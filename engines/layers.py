@@ -12,6 +12,7 @@ import torch
 
 from .exact_numerics import default_row_invariant, use_row_invariant_attention
 from .fused_layer import FusedLlamaLayer, Projection
+from .kernels import KernelPlan, install
 from .kv_cache import KVCache
 
 
@@ -83,6 +84,17 @@ class LayerStack:
         self.row_invariant = False
         self.fused = False
         self.packed_head: Projection | None = None
+
+    def prepare_inference(self, row_invariant: bool | None = None, fused: bool = True) -> None:
+        """How the engine runs a target (its own, or a lane's share of one): row-invariant numerics where
+        they are needed, fused layers, and a kernel plan that pads one-row products (until a verify-cost
+        curve installs the plan tuned for this machine)."""
+        self.use_row_invariant(row_invariant)
+        self.use_fused_layers(fused)
+        plan = KernelPlan(row_invariant=self.row_invariant)
+        for module in (self.model, self.fp32_head):
+            if module is not None:
+                install(module, plan)
 
     def use_row_invariant(self, enabled: bool | None = None) -> None:
         """Compute each row of a many-token forward bit for bit as a one-token step would (see

@@ -182,7 +182,9 @@ def judge(logits: torch.Tensor, draft: int, q: torch.Tensor | None, sampler: Sam
 def _stage_stack(source: str, dtype: str, start: int, stop: int, device: str, head: bool) -> LayerStack:
     from .model import load_layers
 
-    return LayerStack(load_layers(source, dtype, device, range(start, stop), head=head))
+    stack = LayerStack(load_layers(source, dtype, device, range(start, stop), head=head))
+    stack.prepare_inference()  # the numerics the driver's stages run, so every token equals ar's
+    return stack
 
 
 def stage_worker(lane, source: str, dtype: str, start: int, stop: int, rank: int, n_stages: int, capacity: int,

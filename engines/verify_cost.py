@@ -30,6 +30,7 @@ from .kernels import KernelPlan, available_kernels, install
 from .model import cache_dir
 
 CURVE_VERSION = 1
+FUSED = "fused"  # the curve's label for forwards through engines.fused_layer (packed oneDNN products)
 
 
 @dataclass
@@ -213,6 +214,17 @@ def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: 
     kernels = kernels or available_kernels(stack.device)
     ns = list(range(1, max_tokens + 1))
     row_invariant = getattr(stack, "row_invariant", False)
+    if getattr(stack, "fused", False):
+        # fused layers and head multiply by packed weights, whatever the plan says: one curve to time; the
+        # plan (plain linear) only serves the drafters and the layers a memory budget puts back on HF's path
+        if progress:
+            progress(f"timing forwards of 1..{max_tokens} tokens through the fused layers")
+        install_stack(stack, KernelPlan({1: "linear"}, row_invariant))
+        seconds = time_forwards(stack, prefix, ns, repeats)
+        threads = torch.get_num_threads()
+        return VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds,
+                          {n: "linear" for n in ns}, {FUSED: seconds}, prefix, threads,
+                          measure_bandwidth(stack.device), weight_bytes(stack.model))
     by_kernel = {}
     for kernel in kernels:
         if progress:

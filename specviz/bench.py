@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from engines import Engine, get_method
 from engines import weight_stream
 from engines.lanes import pinned
+from engines.verify_cost import measure_bandwidth, weight_bytes
 
 from .hf_baselines import HF_METHODS, hf_generate
 from .pipeline import pipeline_metrics
@@ -317,6 +318,7 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
     memory = check_memory_budget(engine, specs, memory)
     specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
     prompts = select_prompts(load_prompts(prompts_path), limit, per_category)
+    ceiling = machine_ceiling(engine)
     for spec in specs:  # warm-up: first-call costs (allocator, kernels) must not land on one method
         run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed, memory)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
@@ -338,10 +340,18 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
             bar.update(1)
         if checkpoint and done < len(prompts):
             checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False,
-                                                     memory)))
+                                                     memory, ceiling)))
     bar.close()
     return summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts),
-                                         memory=memory))
+                                         memory=memory, ceiling=ceiling))
+
+
+def machine_ceiling(engine: Engine) -> dict:
+    """The memory-bandwidth bound on decoding here: every weight is read once per token, so tokens/s can
+    not exceed bandwidth ÷ weight bytes (the bandwidth of a large read, measured now on this machine)."""
+    bandwidth = measure_bandwidth(engine.target.device)
+    weights = weight_bytes(engine.model)
+    return {"bandwidth_gb_s": bandwidth, "weight_bytes": weights, "tokens_per_s": bandwidth * 1e9 / weights}
 
 
 def check_memory_budget(engine: Engine, specs: list[MethodSpec], memory: dict | None) -> dict | None:
@@ -388,8 +398,8 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
 
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True,
-               memory: dict | None = None) -> dict:
-    return {**({"memory_budget": memory} if memory else {}),"model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
+               memory: dict | None = None, ceiling: dict | None = None) -> dict:
+    return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}), "model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
@@ -431,6 +441,12 @@ def to_markdown(results: dict) -> str:
             o = methods[label]["overall"]
             lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['alpha'])} | "
                          f"{_fmt(o['equals_ar'], '{:.0%}')} |")
+    ceiling = setup.get("ceiling")
+    if ceiling and "ar" in methods:
+        lines += ["", f"Ceiling on this machine: {ceiling['tokens_per_s']:.0f} tokens/s (every weight read once per "
+                  f"token: {ceiling['weight_bytes'] / 1e6:.0f} MB at the {ceiling['bandwidth_gb_s']:.0f} GB/s of a "
+                  f"large read measured here); `ar` runs at "
+                  f"{methods['ar']['overall']['tokens_per_s'] / ceiling['tokens_per_s']:.0%} of it."]
     categories = [c for c in next(iter(methods.values())) if c != "overall"]
     lines += ["", "## Per category: speedup (τ, α)", "",
               "| method | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]

@@ -90,14 +90,16 @@ def kernel_curves_figure(curve) -> go.Figure:
     curve it kept (the fastest per n): where the default kernel's line rises steeply, verifying a few
     tokens was not free on this machine until the kernel was chosen by measurement."""
     fig = go.Figure()
-    for kernel, seconds in curve.by_kernel.items():
+    tried = curve.by_kernel if len(curve.by_kernel) > 1 else {}  # fused layers: one curve, nothing was chosen
+    for kernel, seconds in tried.items():
         ns = sorted(seconds)
         fig.add_trace(go.Scatter(x=ns, y=[seconds[n] * 1e3 for n in ns], mode="lines", name=kernel,
                                  line=dict(dash="dot"), hovertemplate=f"{kernel}: n = %{{x}}, %{{y:.1f}} ms<extra></extra>"))
     ns = sorted(curve.seconds)
-    fig.add_trace(go.Scatter(x=ns, y=[curve.seconds[n] * 1e3 for n in ns], mode="lines+markers", name="kept (fastest)",
+    fig.add_trace(go.Scatter(x=ns, y=[curve.seconds[n] * 1e3 for n in ns], mode="lines+markers",
+                             name="kept (fastest)" if tried else next(iter(curve.by_kernel), "measured"),
                              line=dict(color="#222", width=3),
-                             customdata=[curve.kernels[n] for n in ns],
+                             customdata=[curve.kernels[n] if tried else next(iter(curve.by_kernel), "") for n in ns],
                              hovertemplate="n = %{x}: %{y:.1f} ms (%{customdata})<extra></extra>"))
     if curve.ceiling_tokens_per_s:
         fig.add_hline(y=1e3 / curve.ceiling_tokens_per_s, line=dict(color="#c62828", dash="dash"),

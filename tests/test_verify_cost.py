@@ -134,7 +134,9 @@ def test_chain_model_on_a_flat_curve_is_leviathans():
     assert chain_speedup_on_curve(0.7, 5, 0.1, flat) == pytest.approx(expected_speedup(0.7, 5, 0.1))
     steep = VerifyCost("k", {n: 0.02 * n for n in range(1, 17)}, {})
     assert chain_speedup_on_curve(0.7, 5, 0.1, steep) < 1.0  # verifying 6 tokens costs 6 steps: never pays
-    assert len(kernel_curves_figure(flat).data) == 2
+    assert len(kernel_curves_figure(flat).data) == 1  # one curve measured (fused layers): drawn once
+    tuned = VerifyCost("k", flat.seconds, flat.kernels, {**flat.by_kernel, "onednn": flat.seconds})
+    assert len(kernel_curves_figure(tuned).data) == 3  # each kernel tried, and the one kept
 
 
 def test_stock_kernels_restores_the_plan():
