@@ -399,7 +399,8 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True,
                memory: dict | None = None, ceiling: dict | None = None) -> dict:
-    return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}), "model": engine.name, "dtype": engine.dtype, "device": engine.device, "threads": torch.get_num_threads(),
+    return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}), "model": engine.name, "dtype": engine.dtype,
+            "row_invariant": engine.target.row_invariant, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
@@ -419,7 +420,9 @@ def _fmt(value, pattern="{:.2f}"):
 
 def to_markdown(results: dict) -> str:
     setup, methods = results["setup"], results["methods"]
-    lines = [f"# specviz bench — {setup['model']} ({setup['dtype']}, {setup['device']}, {setup['threads']} threads)",
+    numerics = {True: ", row-invariant", False: ", PyTorch's attention"}.get(setup.get("row_invariant"), "")
+    lines = [f"# specviz bench — {setup['model']} ({setup['dtype']}, {setup['device']}, {setup['threads']} threads"
+             f"{numerics})",
              "", ("" if setup.get("complete", True) else "**Partial: the run stopped early.** ") +
              f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
     bench.add_argument("--out", default="bench-out", help="directory for results.json and results.md")
+    bench.add_argument("--row-invariant", choices=["auto", "on", "off"], default="auto",
+                       help="verify n tokens with the bits of n one-token steps (auto: in bf16 on a CPU, where greedy "
+                            "output then equals ar's; off: PyTorch's own attention, faster for many-token verifies)")
     add_memory_arguments(bench)
 
     disconnect = commands.add_parser("disconnection", help="MoA's disconnection experiment: the client continues "
@@ -238,7 +241,8 @@ def bench_command(args) -> int:
     methods = split_methods(args.methods) if args.methods else default_methods()
     if not args.methods and memory["memory_budget_mb"] is not None:  # HF's generate cannot honour a budget
         methods = [m for m in methods if m not in HF_METHODS]
-    engine = Engine.load(args.model, args.dtype, args.device)
+    row_invariant = {"auto": None, "on": True, "off": False}[args.row_invariant]
+    engine = Engine.load(args.model, args.dtype, args.device, row_invariant=row_invariant)
     results = run_bench(engine, args.prompts or DEFAULT_PROMPTS, methods, args.max_new_tokens, args.temperature,
                         args.seed, args.limit, per_category=args.per_category,
                         checkpoint=lambda partial: write_results(partial, args.out), memory=memory)
