@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 
 from engines import METHODS
+from engines.drafters.registry import SPS, TREE, VERDICT, drafters_for
 from engines.trace import Commit, Event
 from specviz.prompts import Prompt
 
@@ -107,10 +108,12 @@ def _choices(method: str, name: str) -> tuple:
     return tuple(getattr(module, CHOICE_CONSTANTS[name], ())) if name in CHOICE_CONSTANTS else ()
 
 
+DRAFTER_USES = {"sps": SPS, "eagle": TREE, "mirror": VERDICT, "ssd": VERDICT}  # methods with a `draft` option
+
+
 def _trained_drafts_help(method: str) -> str:
-    """Names of the project's trained drafters, where the method's module declares them."""
-    module = sys.modules.get(METHODS[method].__module__)
-    names = getattr(module, "TRAINED_DRAFTS", ())
+    """Names of the project's shipped drafters the method can draft with (from the drafter registry)."""
+    names = drafters_for(DRAFTER_USES[method]) if method in DRAFTER_USES else ()
     return f"a trained drafter shipped in data/ ({', '.join(repr(n) for n in names)}); " if names else ""
 
 

@@ -349,7 +349,9 @@ def _draft_module(source: str, dtype: str, device: str, draft: str) -> torch.nn.
     from .layers import LayerStack
     from .model import DTYPES, load_layers
 
-    if draft not in ("tiny", "ss"):
+    from .drafters.registry import VERDICT, drafter_kind_names, shipped_kind
+
+    if shipped_kind(draft) not in drafter_kind_names(VERDICT):
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(draft, dtype=DTYPES[dtype], local_files_only=True)

@@ -33,7 +33,8 @@ import dashboard_helpers as dh  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
 import trees_helpers as th  # noqa: E402
-from engines.methods.eagle import TREE_DRAFTS, EagleConfig  # noqa: E402
+from engines.drafters.registry import TREE, drafters_for  # noqa: E402
+from engines.methods.eagle import EagleConfig  # noqa: E402
 from engines.trace import Commit  # noqa: E402
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
 from specviz.trees import (STATUS_COLOURS, STATUS_LABELS, root_token, round_events, showcase_round,  # noqa: E402
@@ -65,9 +66,10 @@ with model_box:
 
 with tree_box:
     st.header("Draft tree")
-    draft = st.selectbox("drafter", list(TREE_DRAFTS), key="tree:draft",
+    draft = st.selectbox("drafter", drafters_for(TREE), key="tree:draft",
                          help="eagle: EAGLE's feature head (one decoder layer on the target's hidden state); "
-                              "tiny: a small 4-layer draft model. Both are trained and shipped in data/drafts.")
+                              "tiny: a small 4-layer draft model; exit@ℓ-norm: the target's first ℓ layers with a "
+                              "trained exit head. All are trained and shipped in data/drafts.")
     depth = st.number_input("depth", 1, 12, EagleConfig.depth, step=1, key="tree:depth",
                             help="Levels the tree grows: the longest path one round can accept.")
     topk = st.number_input("topk", 1, 16, EagleConfig.topk, step=1, key="tree:topk",

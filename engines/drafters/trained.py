@@ -26,13 +26,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..layers import LayerStack
-from .heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
-from .moa import MoAHead
-from .model_draft import restrict_head_to_vocab, tiny_model
-from .streaming import StreamingDraft
+from .model_draft import restrict_head_to_vocab
+from .registry import drafter_kind
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
-KINDS = ("tiny", "exit_norm", "exit_layer", "eagle", "ss", "cats_adapter", "moa")
 
 
 def drafts_dir() -> Path:
@@ -70,32 +67,15 @@ def check_card_against_target(card: dict, stack: LayerStack) -> None:
 
 def build_module(card: dict, stack: LayerStack) -> torch.nn.Module:
     """The untrained module the card describes, initialised from the target (trainers start here)."""
-    kind = card["kind"]
     vocab_ids = torch.zeros(card["draft_vocab_size"], dtype=torch.long)
-    if kind == "exit_norm":
-        return ExitNormHead(stack, vocab_ids)
-    if kind == "exit_layer":
-        return ExitLayerHead(stack, vocab_ids, card["exit_layer"])
-    if kind == "cats_adapter":
-        return AdapterHead(stack, vocab_ids, card["exit_layer"])
-    if kind == "eagle":
-        return EagleHead(stack, vocab_ids)
-    if kind == "ss":
-        return StreamingDraft(stack, vocab_ids, card["layers"], card["stream_layers"], card["streams"])
-    if kind == "tiny":
-        return tiny_model(stack, card["layers"])
-    if kind == "moa":
-        return MoAHead(stack, vocab_ids, card["tli"], card["lsa"])
-    raise ValueError(f"model card kind must be one of {KINDS}, got {kind!r}")
+    return drafter_kind(card["kind"]).build(card, stack, vocab_ids)
 
 
 def trained_state(module: torch.nn.Module, card: dict) -> dict:
     """The trained tensors a drafter's file holds (the draft vocabulary is stored beside them)."""
-    if card["kind"] in ("tiny", "ss"):
-        model = "model." if card["kind"] == "tiny" else "model.model."
-        keep = tuple(f"{model}layers.{i}." for i in card["trained_layers"]) + (f"{model}norm.", "streams")
-        return {k: v for k, v in module.state_dict().items() if k.startswith(keep)}
-    return dict(module.state_dict())
+    prefixes = drafter_kind(card["kind"]).stored_prefixes
+    state = module.state_dict()
+    return dict(state) if prefixes is None else {k: v for k, v in state.items() if k.startswith(prefixes(card))}
 
 
 def draft_vocab(module: torch.nn.Module) -> torch.Tensor:

@@ -31,10 +31,10 @@ from ..drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTre
 from ..layers import LayerStack
 from ..trace import Event
 from ..tree_decode import MAX_TREE_NODES, tree_decode
+from ..drafters.registry import TREE, drafters_for, shipped_kind
 from .base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
 from .link_config import LinkConfig
 
-TREE_DRAFTS = ("eagle", "tiny")
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 
 
@@ -54,7 +54,7 @@ class EagleConfig(LinkConfig):
         require_int("topk", self.topk, 1, 16)
         require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
         if not isinstance(self.draft, str) or not self.draft or self.draft == "self":
-            raise ValueError(f"draft must be one of {TREE_DRAFTS}, exit@ℓ, exit@ℓ-norm or a draft model's path, "
+            raise ValueError(f"draft must be one of {drafters_for(TREE)}, exit@ℓ, exit@ℓ-norm or a draft model's path, "
                              f"got {self.draft!r}")
         exit_draft = EXIT_DRAFT.match(self.draft)
         if exit_draft:
@@ -67,7 +67,7 @@ class EagleConfig(LinkConfig):
 
 def is_eagle_head(draft: str) -> bool:
     """``eagle`` or another shipped EAGLE head (``eagle-matched``: trained beside MoA on its budget)."""
-    return draft == "eagle" or draft.startswith("eagle-")
+    return shipped_kind(draft) == "eagle"
 
 
 class EagleTree(Method):
@@ -91,10 +91,10 @@ class EagleTree(Method):
             return ExitTreeDrafter(engine.target, int(exit_draft.group(1)), head, f"{draft}-tree")
         if is_eagle_head(draft):
             return EagleTreeDrafter(engine.trained_drafter(draft), name=f"{draft}-tree")
-        if draft == "tiny":
-            module = engine.trained_drafter("tiny")
+        if shipped_kind(draft) == "tiny":
+            module = engine.trained_drafter(draft)
             stack = LayerStack(module)
-            return ModelTreeDrafter(stack, name="tiny-tree", head=SharedHead(stack, module.draft_vocab))
+            return ModelTreeDrafter(stack, name=f"{draft}-tree", head=SharedHead(stack, module.draft_vocab))
         return ModelTreeDrafter(engine.draft_stack(draft), name=f"{draft}-tree")
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:

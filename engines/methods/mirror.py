@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from ..drafters.trained import available, exit_head_name
 from ..verdict_speculation import Plan
 from .base import require_int
+from ..drafters.registry import VERDICT, drafters_for
 from .verdict import RULES, VerdictMethod, check_common
 from .base import MethodConfig
 
-DRAFTS = ("ss", "tiny")
 EXIT_HEADS = ("model", "norm")
 
 
@@ -44,7 +44,7 @@ class MirrorConfig(MethodConfig):
                              f"in the paper; norm = the shipped exit head at exit_layer), got {self.exit_head!r}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
-        check_common(self, DRAFTS)
+        check_common(self, drafters_for(VERDICT))
 
 
 class Mirror(VerdictMethod):

@@ -18,11 +18,11 @@ from typing import Iterator
 from ..decoding import DecodeContext
 from ..drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from ..drafters.heads import SharedHead
+from ..drafters.registry import SPS, drafter_kind_names, drafters_for, shipped_kind
 from ..layers import LayerStack
 from ..trace import Event
 from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
-TRAINED_DRAFTS = ("tiny", "eagle", "ss")
 
 
 @dataclass
@@ -38,7 +38,8 @@ class SpsConfig(MethodConfig):
     def validate(self, n_layers: int) -> None:
         require_int_or_auto("gamma", self.gamma, 1, 64)
         if not isinstance(self.draft, str) or not self.draft:
-            raise ValueError(f"draft must be 'self', one of {TRAINED_DRAFTS} or a model path, got {self.draft!r}")
+            raise ValueError(f"draft must be 'self', one of the trained drafts {drafters_for(SPS)} or a model path, "
+                             f"got {self.draft!r}")
         if self.draft == "self":
             require_int("draft_layers", self.draft_layers, 1, n_layers - 1)
         if not isinstance(self.full_vocab, bool):
@@ -52,24 +53,28 @@ class SpeculativeSampling(Method):
 
     def prepare(self) -> None:
         super().prepare()
-        if self.config.draft in TRAINED_DRAFTS or self.config.draft.startswith("eagle-"):
+        if shipped_kind(self.config.draft) is not None:
             self.engine.trained_drafter(self.config.draft)
         elif self.config.draft != "self":
             self.engine.draft_stack(self.config.draft)
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         draft = self.config.draft
+        kind = shipped_kind(draft) if draft != "self" else None
+        if kind is not None and kind not in drafter_kind_names(SPS):
+            raise ValueError(f"draft {draft!r} is a {kind} drafter, which sps cannot draft with; "
+                             f"trained drafts for sps: {drafters_for(SPS)}")
         if draft == "self":
             drafter = ModelDrafter(ctx.target, self.config.draft_layers, f"self[:{self.config.draft_layers}]")
-        elif draft == "eagle" or draft.startswith("eagle-"):  # eagle-matched: trained beside MoA
+        elif kind == "eagle":  # eagle, eagle-matched (trained beside MoA)
             drafter = EagleDrafter(self.engine.trained_drafter(draft), name=draft)
-        elif draft == "ss":
-            drafter = StreamingDrafter(self.engine.trained_drafter("ss"))
-        elif draft == "tiny":
-            model = self.engine.trained_drafter("tiny")
+        elif kind == "ss":
+            drafter = StreamingDrafter(self.engine.trained_drafter(draft), name=draft)
+        elif kind == "tiny":
+            model = self.engine.trained_drafter(draft)
             stack = LayerStack(model)
             head = None if self.config.full_vocab else SharedHead(stack, model.draft_vocab)
-            drafter = ModelDrafter(stack, name="tiny", head=head)
+            drafter = ModelDrafter(stack, name=draft, head=head)
         else:
             drafter = ModelDrafter(self.engine.draft_stack(draft), name=draft)
         yield from decode_chain(self.engine, ctx, drafter, self.config.gamma)

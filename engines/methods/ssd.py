@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from ..verdict_speculation import Plan
 from .base import MethodConfig, require_int
+from ..drafters.registry import VERDICT, drafters_for
 from .verdict import VerdictMethod, check_common
 
-DRAFTS = ("tiny", "ss")  # ss (1 + 2 tokens per forward) is this project's extension: J = ⌈K/3⌉ tree steps
 FANOUTS = ("uniform", "geometric")
 BACKUPS = ("jit", "fast")
 SAGUARO_TOPS = ("f", "f+1")
@@ -55,7 +55,7 @@ class SsdConfig(MethodConfig):
             raise ValueError(f"saguaro_top must be one of {SAGUARO_TOPS}, got {self.saguaro_top!r}")
         if self.backup not in BACKUPS:
             raise ValueError(f"backup must be one of {BACKUPS}, got {self.backup!r}")
-        check_common(self, DRAFTS)
+        check_common(self, drafters_for(VERDICT))
 
 
 class Ssd(VerdictMethod):

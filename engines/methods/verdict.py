@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 
 from ..decoding import DecodeContext
+from ..drafters.registry import VERDICT, drafter_kind_names, shipped_kind
 from ..drafters.trained import draft_vocab, read_card
 from ..lanes import Lane, default_lanes, pinned, run_serial
 from ..trace import Event, Trace
@@ -22,20 +23,21 @@ from ..branch_rollout import BranchDrafter
 from .base import Method, MethodConfig
 
 MODES = ("lanes", "serial")
-TRAINED = ("tiny", "ss")  # shipped drafts a branch rollout can run (eagle needs the target's features: not here)
 RULES = ("sample", "token_match")
 
 
-def check_common(config: MethodConfig, drafts: tuple[str, ...]) -> None:
+def check_common(config: MethodConfig, drafts: tuple[str, ...] | list[str]) -> None:
     if config.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {config.mode!r}")
-    if not isinstance(config.draft, str) or not config.draft or config.draft in ("self", "eagle"):
+    if not isinstance(config.draft, str) or not config.draft or config.draft == "self" or (
+            shipped_kind(config.draft) not in (None, *drafter_kind_names(VERDICT))):
         raise ValueError(f"draft must be one of the trained drafts {drafts} or a causal LM sharing the target's "
                          f"tokenizer (a registered name or a local path), got {config.draft!r}")
 
 
 def is_trained(draft: str) -> bool:
-    return draft in TRAINED
+    """A shipped draft a branch rollout can run on its own lane (eagle needs the target's features: not here)."""
+    return shipped_kind(draft) in drafter_kind_names(VERDICT)
 
 
 class VerdictMethod(Method):

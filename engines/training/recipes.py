@@ -10,6 +10,7 @@ import torch
 
 from ..drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
 from ..drafters.moa import MoAHead, moa_name
+from ..drafters.registry import KINDS_BY_NAME
 from ..drafters.model_draft import tiny_model
 from ..model import cpu_supports_bf16
 from ..drafters.streaming import StreamingDraft
@@ -21,16 +22,7 @@ from .train import (AdapterStudent, EagleStudent, ExitStudent, FitResult, MoAStu
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192
-LOSSES = {
-    "exit_norm": "KL(target ‖ head) on the draft vocabulary",
-    "exit_layer": "KL(target ‖ head) on the draft vocabulary",
-    "eagle": "SmoothL1(feature) + 0.1·KL(target ‖ head) on the draft vocabulary (EAGLE), noise 0.05·std on input features",
-    "tiny": "KL(target ‖ draft) on the draft vocabulary",
-    "ss": "KL(target ‖ main stream) + Σ_j w^j·CE(stream j → token t+1+j) on the draft vocabulary (future n-gram)",
-    "moa": "1.0·SmoothL1(ô / RMS(o), o / RMS(o)) + 0.1·KL(target ‖ draft) on the draft vocabulary (MoA Eq. 2), "
-           "CA block mask with K ~ U[5, 15]",
-    "cats_adapter": "reduced top-K KL(p̃ ‖ q), p̃ the target renormalised on its top K, on the draft vocabulary (CATS)",
-}
+LOSSES = {name: kind.loss for name, kind in KINDS_BY_NAME.items()}  # written into every card
 
 
 def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_layers=(8,), head_kinds=("norm",),
