@@ -16,12 +16,17 @@ Decisions:
 - The γ sweep always decodes greedily (``specviz.sweep.gamma_sweep`` runs its baseline greedily).
 - Results live in ``st.session_state`` so they survive reruns (e.g. the sweep button) and are drawn
   from there; a failed run (bad input → ``ValueError``) shows the engine's message and clears them.
+- The setup lives in the URL (``?method=sps&gamma=3&draft=tiny&prompt_id=7``, see ``url_state``): read on
+  a session's first run, written on every change, so a link reproduces it. Only values the widgets offer
+  are taken; every string option is a select of valid values (shipped drafters, layers with a trained
+  head), so nothing typed in the browser names a file for the server to load.
+- **Stop** appears while a run streams: it ends the run at its next commit (``live.Batch``): the engine's
+  generator is closed, and what was produced stays on the page, marked stopped, with its numbers so far.
 """
 
 from __future__ import annotations
 
 import sys
-import uuid
 from pathlib import Path
 
 import streamlit as st
@@ -31,10 +36,12 @@ if str(ROOT) not in sys.path:  # also works from a checkout where the project is
     sys.path.insert(0, str(ROOT))
 
 import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
+import live as lv  # noqa: E402
+import option_widgets as ow  # noqa: E402
+import url_state as us  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
 from engines import METHODS
-from engines.trace import Commit
 from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
                               token_stream_figure)
 from specviz.sweep import gamma_sweep
@@ -73,37 +80,28 @@ st.markdown(
     unsafe_allow_html=True,
 )
 
+for column, (page, label, icon) in zip(st.columns(3), (
+        ("pages/0_⚖️_Compare.py", "Compare configurations", "⚖️"),
+        ("pages/3_📐_Theory.py", "Theory on this machine", "📐"),
+        ("pages/0_📊_Results.py", "Recorded results (no model)", "📊"))):
+    column.page_link(page, label=label, icon=icon)
+
 # --- sidebar: method, options, generation settings, model ---------------------------------------
+url = ow.url_once("url:run")  # the link's setup, on this session's first run of the page
+ignored: list[str] = []
 method_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
 
 with model_box:
+    ow.apply_url_dtype("", url, ignored)
     dtype, engine = model_picker("")
 
 with method_box:
     st.header("Method")
-    names = list(METHODS)
-    method = st.selectbox("method", names, index=names.index(DEFAULT_METHOD) if DEFAULT_METHOD in names else 0,
-                          key="method", format_func=lambda m: f"{m} — {METHODS[m].description}")
+    method = ow.method_select("method", DEFAULT_METHOD, url.get("method"), ignored)
     st.caption(("lossless" if METHODS[method].lossless else "**lossy**") + " · " + METHODS[method].description)
-    options = {}
-    for spec in dh.option_specs(method, engine.target.n_layers):
-        key = f"opt:{method}:{spec.name}"
-        if spec.choices:
-            options[spec.name] = st.selectbox(spec.label, spec.choices, key=key, help=spec.help,
-                                              index=spec.choices.index(spec.default) if spec.default in spec.choices else 0)
-        elif spec.kind is bool:
-            options[spec.name] = st.checkbox(spec.label, value=spec.default, key=key, help=spec.help)
-        elif spec.kind is int:
-            automatic = spec.auto and st.checkbox(f"{spec.label}: auto", value=dh.auto_by_default(method, spec.name),
-                                                  key=f"{key}:auto", help=dh.AUTO_HELP)
-            number = int(st.number_input(spec.label, min_value=spec.low, max_value=spec.high, value=spec.default,
-                                         step=1, key=key, help=spec.help, disabled=automatic))
-            options[spec.name] = "auto" if automatic else number
-        elif spec.kind is float:
-            options[spec.name] = float(st.number_input(spec.label, value=float(spec.default), key=key,
-                                                       help=spec.help))
-        else:
-            options[spec.name] = st.text_input(spec.label, value=str(spec.default), key=key, help=spec.help).strip()
+    option_names = METHODS[method].Config.option_names()
+    options = ow.option_widgets("", method, engine.target.n_layers,
+                                {k: v for k, v in url.items() if k in option_names}, ignored)
     if not options:
         st.caption("No options: one target forward per token.")
     if dh.untrained_self_draft(method, options):
@@ -111,75 +109,94 @@ with method_box:
 
 with settings_box:
     st.header("Generation")
-    settings = {
-        "max_new_tokens": int(st.number_input("max new tokens", 1, 1024, 64, step=8, key="max_new_tokens")),
-        "temperature": float(st.slider("temperature", 0.0, 1.5, 0.0, 0.05, key="temperature",
-                                       help="0 = greedy decoding.")),
-        "seed": int(st.number_input("seed", 0, 2**31 - 1, 0, key="seed", help="Used when temperature > 0.")),
-    }
-    settings["top_p"] = float(st.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="top_p",
-                                        disabled=settings["temperature"] == 0, help="Used when temperature > 0."))
+    settings = ow.settings_widgets("", url, ignored)
 
 # --- prompt -------------------------------------------------------------------------------------
 prompts = example_prompts()
+if url:
+    ow.apply_url_prompt(prompts, "", url, ignored)
+    known = {"method", "prompt", "prompt_id", "dtype", *us.SETTINGS, *option_names}
+    ignored += [f"unknown parameter {name!r}" for name in url if name not in known]
 prompt = prompt_picker(prompts, "")
-generate = st.button("Generate", type="primary", key="generate")
+ow.show_ignored(ignored)
+ow.write_url({**us.run_params(method, options), **us.prompt_params(prompts, *ow.prompt_state("")),
+              **us.settings_params(settings, st.session_state.get("dtype", "auto"))})
+generate_column, stop_column, _ = st.columns([1, 1, 5])
+generate = generate_column.button("Generate", type="primary", key="generate")
+stop_slot = stop_column.empty()
 
 stream_area = st.empty()
 
 
 # --- running ------------------------------------------------------------------------------------
-def run_method(prompt: str) -> dict:
-    """Stream the chosen method into ``stream_area``, then get the ``ar`` baseline; returns the result."""
-    lock = engine_lock(dtype)
-    with lock:
-        stream = engine.generate(prompt, method, **settings, **options)  # ValueError on bad input
-        events = []
-        for event in stream:
-            events.append(event)
-            if isinstance(event, Commit):
-                stream_area.markdown(dh.live_status(events, dh.method_label(method, options))
-                                     + token_stream_html(events), unsafe_allow_html=True)
-    end = events[-1]
-    run = {"id": uuid.uuid4().hex, "method": method, "options": dict(options), "settings": dict(settings),
-           "dtype": engine.dtype, "prompt": prompt, "events": events, "stats": end.stats, "text": end.text,
-           "stop_reason": end.stop_reason, "lossless": events[0].lossless}
-    if method == "ar":
-        record = {k: run[k] for k in ("events", "stats", "text")}  # ar is its own baseline, and the pages' from now on
-        st.session_state.setdefault("ar_cache", {})[dh.baseline_key(prompt, settings, engine.dtype)] = record
-        run["ar"], run["ar_source"] = record, "this run"
-    else:
-        run["ar"], run["ar_source"] = ar_baseline(engine, lock, prompt, settings)
-    return run
+def settle_stopped_run() -> None:
+    """A run this session's previous script run was doing when Stop (or any widget) interrupted it: wait
+    for it to end at its next commit, and keep what it produced as the page's (stopped) result."""
+    batch = st.session_state.pop("batch", None)
+    if batch is not None:
+        batch.wait()
+        if batch.stopped and batch.done:
+            st.session_state["last_run"] = lv.page_run(batch, st.session_state.get("ar_cache", {}))
 
 
+def run_method(prompt: str) -> None:
+    """Stream the chosen method into ``stream_area``, then get the ``ar`` baseline; the result goes to
+    ``last_run`` (an error from the engine is shown instead)."""
+    batch = lv.Batch([(method, options)], prompt, settings, engine.dtype)
+    st.session_state["batch"] = batch
+    label = dh.method_label(method, options)
+    with batch.running():
+        stop_slot.button("⏹ Stop", key="stop", help="End the run at its next token; what it produced stays here.")
+        lock = engine_lock(dtype)
+        with lock:
+            record = batch.run(lambda: engine.generate(prompt, method, **settings, **options),
+                               lambda events: stream_area.markdown(dh.live_status(events, label)
+                                                                   + token_stream_html(events), unsafe_allow_html=True))
+        if "error" in record:  # the engine validates before any work and names the problem
+            stream_area.empty()
+            st.error(record["error"])
+        elif method == "ar":  # ar is its own baseline, and the pages' from now on
+            baseline = {k: record[k] for k in ("events", "stats", "text", "token_ids")}
+            st.session_state.setdefault("ar_cache", {})[dh.baseline_key(prompt, settings, engine.dtype)] = baseline
+            batch.ar, batch.ar_source = baseline, "this run"
+        else:
+            note = st.empty()
+            batch.ar, batch.ar_source = ar_baseline(
+                engine, lock, prompt, settings,
+                progress=lambda done, total: note.caption(f"ar baseline for the speedup: {done}/{total} tokens"))
+            note.empty()
+        if "error" not in record:
+            st.session_state["last_run"] = lv.page_run(batch, st.session_state.get("ar_cache", {}))
+    stop_slot.empty()
+    st.session_state.pop("batch", None)
+
+
+settle_stopped_run()
 if generate:
     st.session_state.pop("last_run", None)
-    try:
-        st.session_state["last_run"] = run_method(prompt)
-    except (ValueError, OSError) as error:  # the engine validates before any work and names the problem
-        stream_area.empty()
-        st.error(str(error))
+    run_method(prompt)
 
 
 # --- results ------------------------------------------------------------------------------------
 def show_metrics(run: dict) -> None:
     stats, ar = run["stats"], run["ar"]
-    values = dh.metric_values(stats, ar["stats"])
+    values = dh.metric_values(stats, ar["stats"] if ar else None)
     for column, (label, value) in zip(st.columns(len(values)), values.items()):
         column.metric(label, value, help=dh.METRIC_HELP[label])
     same = ""
-    if run["settings"]["temperature"] == 0 and run["method"] != "ar":
+    if ar and not run["stopped"] and run["settings"]["temperature"] == 0 and run["method"] != "ar":
         same = " · output equals ar: " + ("yes ✓" if run["text"] == ar["text"] else "**no**")
         if run["text"] != ar["text"] and run["dtype"] == "bfloat16":
             same += (" (in bfloat16, verifying many tokens in one call rounds differently from one-token steps, "
                      "so near-ties can flip; choose float32 for token-identical output)")
+    stopped_by = "the Stop button ⏹" if run["stopped"] else run["stop_reason"].replace("_", " ")
+    baseline = (f"ar baseline {ar['stats']['tokens_per_s']:.1f} tok/s ({run['ar_source']})" if ar
+                else "no ar baseline (the run was stopped before it was measured)")
     st.caption(
-        f"{stats['new_tokens']} new tokens (stopped by {run['stop_reason'].replace('_', ' ')}) · prefill "
+        f"{stats['new_tokens']} new tokens (stopped by {stopped_by}) · prefill "
         f"{stats['prefill_seconds'] * 1000:.0f} ms for {run['events'][0].prompt_tokens} prompt tokens · decode "
         f"{stats['decode_seconds']:.2f} s · drafted {stats['drafted']}, accepted {stats['accepted']} · "
-        f"{'lossless' if run['lossless'] else 'LOSSY'} · ar baseline {ar['stats']['tokens_per_s']:.1f} tok/s "
-        f"({run['ar_source']}){same}")
+        f"{'lossless' if run['lossless'] else 'LOSSY'} · {baseline}{same}")
 
 
 def show_sweep(run: dict) -> None:
@@ -222,8 +239,10 @@ if run is None:
     if not generate:
         stream_area.info("Pick a method and a prompt, then press **Generate** to watch it decode.")
 else:
-    stream_area.markdown(dh.live_status(run["events"], dh.method_label(run["method"], run["options"]))
+    stream_area.markdown(dh.live_status(run["events"], dh.method_label(run["method"], run["options"]), run["stopped"])
                          + token_stream_html(run["events"]), unsafe_allow_html=True)
+    if run["stopped"]:
+        st.warning("⏹ Stopped: the numbers below are for the tokens produced before the Stop.")
     show_metrics(run)
     st.plotly_chart(token_stream_figure(run["events"]))
     hist, sweep_column = st.columns(2)
@@ -231,7 +250,7 @@ else:
         st.subheader("Accepted length")
         label = dh.method_label(run["method"], run["options"])
         runs = {label: run["events"]}
-        if run["method"] != "ar":
+        if run["method"] != "ar" and run["ar"]:
             runs["ar"] = run["ar"]["events"]
         st.plotly_chart(accepted_length_histogram(runs))
         if run["method"] != "ar":  # the diagnostic the benchmark's "α by draft position" table gives

@@ -8,10 +8,12 @@ these two functions from this module share one loaded model, and runs from eithe
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import streamlit as st
 
 from engines import Engine
+from engines.trace import Commit
 
 
 @st.cache_resource(show_spinner="Loading the model…")
@@ -25,10 +27,13 @@ def engine_lock(dtype: str) -> threading.Lock:
 
 
 def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dict,
-                memory: dict | None = None) -> tuple[dict, str]:
+                memory: dict | None = None, progress: Callable[[int, int], None] | None = None) -> tuple[dict, str]:
     """The ``ar`` run a page's speedup is measured against: same prompt, settings and memory budget on the
     same engine, cached in the session (shared by every page) so it is measured once per setting.
-    Returns the baseline (events, stats, text) and where it came from."""
+    Returns the baseline (events, stats, text, token_ids) and where it came from.
+
+    ``progress(tokens, max_new_tokens)`` is called at every commit: a page that draws it there gives Streamlit
+    a point to stop the run at (the Stop button); the stream is then closed and nothing is cached."""
     import dashboard_helpers as dh
 
     memory = memory or {}
@@ -37,8 +42,21 @@ def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dic
     if key in cache:
         return cache[key], "cached in this session"
     with st.spinner("Running autoregressive decoding of the same prompt for the speedup…"), lock:
-        baseline = engine.run(prompt, "ar", **settings, **memory)
-    cache[key] = {"events": baseline.events, "stats": baseline.stats.to_dict(), "text": baseline.text}
+        if progress is None:
+            events = engine.run(prompt, "ar", **settings, **memory).events
+        else:
+            events, tokens = [], 0
+            stream = engine.generate(prompt, "ar", **settings, **memory)
+            try:
+                for event in stream:
+                    events.append(event)
+                    if isinstance(event, Commit):
+                        tokens += len(event.tokens)
+                        progress(tokens, settings.get("max_new_tokens", 0))
+            finally:
+                stream.close()
+    end = events[-1]
+    cache[key] = {"events": events, "stats": dict(end.stats), "text": end.text, "token_ids": list(end.token_ids)}
     return cache[key], "measured just now"
 
 

@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engines import METHODS
+from engines import METHODS, Engine
+from engines.drafters.registry import SPS, drafters_for
+from engines.drafters.trained import available, exit_head_name
 from specviz.prompts import load_prompts
 
 APP = Path(__file__).resolve().parents[1] / "app"
 sys.path.insert(0, str(APP))
+import dashboard_helpers as dh  # noqa: E402
+import live as lv  # noqa: E402
+import url_state as us  # noqa: E402
 from dashboard_helpers import strip_html  # noqa: E402
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "α (acceptance rate)", "target calls", "speedup vs ar"]
@@ -126,14 +131,12 @@ def test_pld_example_prompt_with_gamma_sweep_then_ar():
 @pytest.mark.parametrize("method, options, message", [
     ("sps", {}, "prompt must not be empty"),
     ("pld", {"max_ngram": 2, "min_ngram": 3}, "min_ngram must be in [1, 2], got 3"),
-    ("sps", {"draft": "/no/such/draft-model"}, "/no/such/draft-model"),  # an OSError from transformers
 ])
 def test_bad_input_shows_the_engines_message(method, options, message):
     at = new_app()
     at.selectbox(key="method").set_value(method).run()
     for name, value in options.items():
-        widget = at.text_input if isinstance(value, str) else at.number_input
-        widget(key=f"opt:{method}:{name}").set_value(value)
+        at.number_input(key=f"opt:{method}:{name}").set_value(value)
     if not options:
         at.text_area(key="prompt_text").set_value("   ")
     at.button(key="generate").click().run()
@@ -141,3 +144,188 @@ def test_bad_input_shows_the_engines_message(method, options, message):
     assert len(at.error) == 1 and message in at.error[0].value
     assert "last_run" not in at.session_state
     assert not at.metric
+
+
+# --- valid choices only -------------------------------------------------------------------------------
+N_LAYERS = 30  # the default model's (every shipped drafter's card says target_layers = 30)
+
+
+def fixed_up(method: str, options: dict) -> dict:
+    """``options`` with every dependent choice moved to an offered one, as the sidebar does when drawing."""
+    options = dict(options)
+    for name in dh.render_order(method):
+        spec = next(s for s in dh.option_specs(method, N_LAYERS, options) if s.name == name)
+        if spec.choices:
+            options[name] = dh.nearest_choice(spec.choices, options[name])
+    return options
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_offered_choice_is_valid(method):
+    """Every string option is a select; each value a select offers (with what depends on it fixed up as the
+    sidebar does) passes the engine's validation, and every drafter it names is shipped."""
+    shipped = set(available())
+    config = METHODS[method].Config
+    specs = dh.option_specs(method, N_LAYERS)
+    assert [s.name for s in specs] == config.option_names(), "a widget per Config field"
+    assert all(s.choices for s in specs if s.kind is str), "no free-text option"
+    for spec in specs:
+        for choice in spec.choices:
+            options = fixed_up(method, {**dh.default_options(method), spec.name: choice})
+            config(**options).validate(N_LAYERS)
+            for name in ("draft", "drafter"):
+                if options.get(name) not in (None, "", "self"):
+                    assert options[name] in shipped, f"{method}: {name}={options[name]!r} is not shipped"
+
+
+def test_layers_offered_only_where_a_head_is_trained():
+    shipped = set(available())
+    for head in ("norm", "layer", "cats"):
+        layers = next(s for s in dh.option_specs("eesd", N_LAYERS, {"head": head}) if s.name == "exit_layer").choices
+        assert layers and all(exit_head_name(layer, head) in shipped for layer in layers)
+        assert len(layers) == sum(exit_head_name(layer, head) in shipped for layer in range(1, N_LAYERS))
+    free = next(s for s in dh.option_specs("eesd", N_LAYERS, {"head": "none"}) if s.name == "exit_layer")
+    assert not free.choices and (free.low, free.high) == (1, N_LAYERS - 1), "the model's own head: any layer"
+    mirror = next(s for s in dh.option_specs("mirror", N_LAYERS, {"exit_head": "norm"}) if s.name == "exit_layer")
+    assert all(f"exit@{layer}-norm" in shipped for layer in mirror.choices)
+    sv = next(s for s in dh.option_specs("cats", N_LAYERS, {"dm_layer": 10}) if s.name == "sv_layer").choices
+    assert sv and all(layer > 10 and f"cats@{layer}" in shipped for layer in sv)
+    assert dh.render_order("eesd").index("head") < dh.render_order("eesd").index("exit_layer")
+
+
+def test_the_draft_box_is_a_select_of_shipped_drafters():
+    at = new_app()
+    at.selectbox(key="method").set_value("sps").run()
+    assert not at.text_input, "no free-text box in the sidebar"
+    assert at.selectbox(key="opt:sps:draft").options == ["self", *sorted(drafters_for(SPS))]
+    at.selectbox(key="method").set_value("eesd").run()
+    at.selectbox(key="opt:eesd:head").set_value("norm").run()
+    layers = at.selectbox(key="opt:eesd:exit_layer").options
+    assert layers and all(f"exit@{layer}-norm" in available() for layer in layers)
+    assert at.selectbox(key="opt:eesd:exit_layer").value == 15, "the chosen layer stays when it has a head"
+
+
+def test_make_app_serves_on_localhost_only():
+    makefile = (APP.parent / "Makefile").read_text()
+    recipe = makefile.split("\napp:", 1)[1].split("\n\n", 1)[0]
+    assert "--server.address localhost" in recipe
+
+
+# --- the setup in the URL -------------------------------------------------------------------------------
+def test_url_round_trip():
+    at = new_app()
+    examples = load_prompts()
+    chosen = next(i for i, p in enumerate(examples) if p.category == "qa")
+    at.selectbox(key="method").set_value("sps").run()
+    at.number_input(key="opt:sps:gamma").set_value(3)
+    at.selectbox(key="opt:sps:draft").set_value("tiny")
+    at.checkbox(key="opt:sps:full_vocab").check()
+    at.number_input(key="max_new_tokens").set_value(24)
+    at.selectbox(key="example").set_value(chosen).run()
+    assert not at.exception
+    params = dict(at.query_params)
+    assert params == {"method": "sps", "gamma": "3", "draft": "tiny", "full_vocab": "true",
+                      "prompt_id": str(examples[chosen].question_id), "max_new_tokens": "24"}
+
+    again = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300)
+    again.query_params.update(params)
+    again.run()
+    assert not again.exception and not again.warning
+    assert again.selectbox(key="method").value == "sps"
+    assert again.number_input(key="opt:sps:gamma").value == 3
+    assert again.checkbox(key="opt:sps:gamma:auto").value is False
+    assert again.selectbox(key="opt:sps:draft").value == "tiny"
+    assert again.checkbox(key="opt:sps:full_vocab").value is True
+    assert again.number_input(key="max_new_tokens").value == 24
+    assert again.text_area(key="prompt_text").value == examples[chosen].turns[0]
+    assert dict(again.query_params) == params, "reading the link writes the same link back"
+
+    again.text_area(key="prompt_text").set_value("Say hi.").run()  # free text travels as text
+    assert dict(again.query_params)["prompt"] == "Say hi." and "prompt_id" not in again.query_params
+
+
+def test_url_values_the_page_does_not_offer_are_ignored():
+    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300)
+    at.query_params.update({"method": "sps", "draft": "/etc/passwd", "gamma": "999", "draft_layers": "2",
+                            "temperature": "7", "prompt_id": "nope", "dtype": "float16", "bogus": "1"})
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="opt:sps:draft").value == "self", "a path in the link is not a choice"
+    assert at.number_input(key="opt:sps:gamma").value == 5 and at.number_input(key="opt:sps:draft_layers").value == 2
+    assert at.slider(key="temperature").value == 0.0 and at.selectbox(key="dtype").value == "auto"
+    warning = at.warning[0].value
+    for name in ("/etc/passwd", "gamma", "temperature", "prompt_id", "dtype", "bogus"):
+        assert name in warning
+    assert "draft" not in at.query_params and at.query_params["draft_layers"] == "2"
+
+
+# --- Stop -------------------------------------------------------------------------------------------
+def stopped_batch(engine: Engine, method: str, options: dict, settings: dict, prompt: str, after: int) -> lv.Batch:
+    """A batch whose run was ended after ``after`` commits the way the Stop button ends one: Streamlit's
+    StopException raised out of the page's redraw."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    batch = lv.Batch([(method, options)], prompt, settings, engine.dtype)
+    seen = []
+
+    def redraw(events):
+        seen.append(len(events))
+        if len(seen) == after:
+            raise StopException()
+
+    with pytest.raises(StopException), batch.running():
+        batch.run(lambda: engine.generate(prompt, method, **settings, **options), redraw)
+    return batch
+
+
+def test_a_stopped_run_stays_on_the_page(real_engine):
+    settings = {"max_new_tokens": 64, "temperature": 0.0, "seed": 0, "top_p": 1.0}
+    batch = stopped_batch(real_engine, "pld", {"gamma": 4, "max_ngram": 3, "min_ngram": 1}, settings, PROMPT, after=3)
+    at = new_app()
+    at.session_state["batch"] = batch  # as the interrupted script run leaves it for the next one
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    run = at.session_state["last_run"]
+    assert run["stopped"] and run["stop_reason"] == lv.STOPPED and 0 < run["stats"]["new_tokens"] < 64
+    assert "⏹ stopped" in [md.value for md in at.markdown if "font-family:monospace" in md.value][0]
+    assert squash(run["text"]) in squash(stream_text(at))
+    assert any("Stopped" in w.value for w in at.warning)
+    assert any("stopped by the Stop button" in c.value for c in at.caption)
+    assert float(metrics(at)["tok/s"]) > 0
+    assert "batch" not in at.session_state
+
+
+def test_url_state_helpers():
+    prompts = load_prompts()
+    assert us.prompt_params(prompts, 3, prompts[3].turns[0]) == {"prompt_id": str(prompts[3].question_id)}
+    assert us.prompt_params(prompts, 3, "edited") == {"prompt": "edited"}, "an edited example travels as text"
+    assert us.prompt_params(prompts, -1, "x" * (us.MAX_PROMPT_CHARS + 1)) == {}, "too long for a link"
+    assert us.prompt_from_params(prompts, {"prompt_id": str(prompts[3].question_id)}) == (3, prompts[3].turns[0])
+    assert us.prompt_from_params(prompts, {"prompt": "hi"}) == (-1, "hi")
+    assert us.prompt_from_params(prompts, {}) is None
+    with pytest.raises(ValueError, match="prompt_id"):
+        us.prompt_from_params(prompts, {"prompt_id": "../x"})
+    defaults = {name: s.default for name, s in us.SETTINGS.items()}
+    assert us.settings_params(defaults) == {}
+    assert us.settings_params({**defaults, "temperature": 0.7}, "float32") == {"temperature": "0.7", "dtype": "float32"}
+    assert us.parse_setting("max_new_tokens", "24") == 24
+    for name, text in (("max_new_tokens", "0"), ("temperature", "nan"), ("seed", "1.5"), ("top_p", "2")):
+        with pytest.raises(ValueError, match=name):
+            us.parse_setting(name, text)
+    assert us.run_params("eesd", {"gamma": "auto", "exit_layer": 8, "head": "norm"}) == {
+        "method": "eesd", "gamma": "auto", "exit_layer": "8", "head": "norm"}
+    spec = next(s for s in dh.option_specs("eagle", N_LAYERS) if s.name == "packet_loss")
+    assert dh.parse_option(spec, "unset") is None and dh.parse_option(spec, "0.25") == 0.25
+    for text in ("1.5", "inf", "x"):
+        with pytest.raises(ValueError, match="packet_loss"):
+            dh.parse_option(spec, text)
+
+
+def test_every_method_draws_its_options():
+    at = new_app()
+    for method in METHODS:
+        at.selectbox(key="method").set_value(method).run()
+        assert not at.exception, (method, [e.value for e in at.exception])
+        keys = {w.key for kind in (at.selectbox, at.number_input, at.checkbox) for w in kind}
+        assert {f"opt:{method}:{name}" for name in METHODS[method].Config.option_names()} <= keys, method
+        assert at.query_params["method"] == method

@@ -2,8 +2,10 @@
 
 Install the browser with ``make browser-deps`` (apt: chromium, chromium-driver). Selenium is pointed at
 /usr/bin/chromedriver explicitly, so it never tries to download a driver (there is no internet here).
-The page is driven as a user would: lower "max new tokens", press Generate, wait for the metrics.
-A screenshot is left in tests/artifacts/dashboard.png for a human to look at.
+The page is driven as a user would: lower "max new tokens", press Generate, wait for the metrics; start a
+long run and press Stop; open the Compare page from a link that sets it up and press Compare; open the
+Results page. One server and one browser serve all of it. Screenshots are left in tests/artifacts/
+(dashboard.png, dashboard-stopped.png, compare.png, results.png) for a human to look at.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -37,11 +40,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
     """`streamlit run app/dashboard.py` on a free port; always terminated afterwards."""
     port = free_port()
-    log_path = tmp_path / "streamlit.log"
+    log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     command = [sys.executable, "-m", "streamlit", "run", "app/dashboard.py", "--server.headless", "true",
                "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
@@ -73,7 +76,7 @@ def server(tmp_path):
             process.wait(timeout=15)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser():
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
@@ -134,3 +137,85 @@ def test_dashboard_generates_in_a_real_browser(server, browser):
               for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')}
     assert float(values["tok/s"]) > 0
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+
+
+def no_exception(browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+
+
+def screenshot(browser, name: str) -> None:
+    time.sleep(2.0)  # let plotly finish drawing before the screenshot
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / name))
+
+
+def test_stop_ends_a_live_run_and_keeps_its_tokens(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    query = urllib.parse.urlencode({"method": "ar", "max_new_tokens": 1024,
+                                    "prompt": "Count from 1 to 1000, one number per line."})
+    browser.get(f"{server}/?{query}")  # the link sets the page up
+    wait = WebDriverWait(browser, 120)
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, 'input[aria-label="max new tokens"]')
+               .get_attribute("value") == "1024")
+    time.sleep(1.0)
+    wait.until(ec.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Generate']"))).click()
+
+    def spans(driver):
+        streams = driver.find_elements(By.XPATH, "//div[contains(@style, 'monospace')]")
+        return len(streams[0].find_elements(By.TAG_NAME, "span")) if streams else 0
+
+    WebDriverWait(browser, 60, poll_frequency=0.1).until(lambda d: spans(d) >= 8)
+    browser.find_element(By.XPATH, "//button[normalize-space(.)='⏹ Stop']").click()
+    caption = WebDriverWait(browser, 60).until(
+        lambda d: d.find_element(By.XPATH, "//*[contains(text(), 'stopped by the Stop button')]"))
+    new_tokens = int(re.search(r"(\d+) new tokens", caption.text).group(1))
+    assert 8 <= new_tokens < 1024, "the run ended early, with the tokens it had"
+    assert browser.find_elements(By.XPATH, "//*[contains(text(), '⏹ stopped')]"), "the stream is marked stopped"
+    stream = browser.find_element(By.XPATH, "//div[contains(@style, 'monospace')]")
+    assert len(stream.find_elements(By.TAG_NAME, "span")) == new_tokens, "what was produced stays on screen"
+    WebDriverWait(browser, 30).until_not(  # once the page's rerun is over
+        lambda d: d.find_elements(By.XPATH, "//button[normalize-space(.)='⏹ Stop']"), "no Stop once stopped")
+    no_exception(browser)
+    screenshot(browser, "dashboard-stopped.png")
+
+
+def test_compare_page_from_a_link(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    query = urllib.parse.urlencode({"c1": "pld", "c2": "sps(gamma=3,draft=tiny)", "max_new_tokens": MAX_NEW_TOKENS})
+    browser.get(f"{server}/Compare?{query}")
+    wait = WebDriverWait(browser, 120)
+    wait.until(ec.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Compare']")))
+    time.sleep(1.0)
+    browser.find_element(By.XPATH, "//button[normalize-space(.)='Compare']").click()
+
+    def done(driver):
+        charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+        return driver.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]') and len(charts) >= 3
+
+    WebDriverWait(browser, 240).until(done)
+    streams = browser.find_elements(By.XPATH, "//div[contains(@style, 'monospace')]")
+    assert len(streams) == 2 and all(s.text.strip() for s in streams), "one token stream per configuration"
+    assert "c2=sps" in urllib.parse.unquote(browser.current_url), "the link still holds the configurations"
+    no_exception(browser)
+    screenshot(browser, "compare.png")
+
+
+def test_results_page(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/Results")
+    WebDriverWait(browser, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+        and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')) == 2)
+    assert "run=bf16" in urllib.parse.unquote(browser.current_url)
+    no_exception(browser)
+    screenshot(browser, "results.png")
