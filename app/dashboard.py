@@ -44,6 +44,7 @@ from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # 
 from engines import METHODS
 from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
                               token_stream_figure)
+from specviz import rounds
 from specviz.sweep import gamma_sweep
 from specviz.tokens import legend_html, token_stream_html
 
@@ -234,6 +235,45 @@ def show_sweep(run: dict) -> None:
                    f"α = {sweep['alpha']:.2f} (per position reached) · c = {sweep['cost_ratio']:.2f}")
 
 
+def show_rounds(run: dict) -> None:
+    """Draft → verify round by round, replayable, with the target's p against the draft's q at the chosen
+    round's refusal, and where each round's time went."""
+    views = [view for view in rounds.round_views(run["events"]) if view.round > 0]
+    if not views:
+        return
+    st.subheader("Draft → verify, round by round")
+    refused = rounds.refused_rounds(views)
+    numbers = [view.round for view in views]
+    if len(numbers) > 1:
+        chosen = st.select_slider("replay: rounds up to", numbers, value=refused[0] if refused else numbers[-1],
+                                  key=f"replay:{run['id']}", help="Step through the run one target call at a time.")
+    else:
+        chosen = numbers[0]
+    one_token = lambda token: engine.detokenize([token])  # noqa: E731
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(rounds.rounds_legend_html(), unsafe_allow_html=True)
+        st.markdown('<div style="max-height:360px;overflow-y:auto">'
+                    + rounds.rounds_html(views, one_token, last=chosen, highlight=chosen) + "</div>",
+                    unsafe_allow_html=True)
+    with right:
+        view = next(v for v in views if v.round == chosen)
+        if view.rejection:
+            st.plotly_chart(rounds.rejection_figure(view, one_token), key=f"rejection:{run['id']}")
+        elif run["method"] == "ar":
+            st.caption("`ar` drafts nothing: every round is one target call and one token.")
+        else:
+            st.caption(f"Round {chosen} refused nothing" + (f" (rounds with a refusal: {', '.join(map(str, refused[:12]))}"
+                                                            f"{'…' if len(refused) > 12 else ''})" if refused else "")
+                       + ". At a refusal this shows the target's p against the draft's q.")
+    summary = rounds.time_split_summary(run["events"])
+    if summary:
+        st.plotly_chart(rounds.time_split_figure(run["events"]), key=f"time:{run['id']}")
+        st.caption("Share of decode time on the verifying lane: "
+                   + " · ".join(f"{group} {share:.0%}" for group, share in summary.items())
+                   + ". The draft's share per drafted token, against an `ar` step, is the draft cost c.")
+
+
 run = st.session_state.get("last_run")
 if run is None:
     if not generate:
@@ -244,6 +284,7 @@ else:
     if run["stopped"]:
         st.warning("⏹ Stopped: the numbers below are for the tokens produced before the Stop.")
     show_metrics(run)
+    show_rounds(run)
     st.plotly_chart(token_stream_figure(run["events"]))
     hist, sweep_column = st.columns(2)
     with hist:

@@ -37,7 +37,7 @@ from .dynamic_tree import TreeSizer
 from .network import Link, decode_draft, decode_verdict, encode_draft, encode_verdict
 from .trace import Event, LinkSend
 from .tree import DraftTreeNodes, TreeNode, keep_path, verify_tree
-from .tree_decode import MAX_TREE_NODES, draft_round, tree_verification
+from .tree_decode import MAX_TREE_NODES, draft_round, tree_rejection, tree_verification
 
 
 @dataclass
@@ -140,7 +140,9 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
         tokens = [verified.nodes[i].token for i in verdict.path] + [verdict.next_token]
         if trace.detailed:
             yield ctx.span("verify", round_, started)
-            yield tree_verification(trace.now(), round_, sent_ids, verdict)
+            event = tree_verification(trace.now(), round_, sent_ids, verdict)
+            event.rejection = tree_rejection(verified, logits, verdict, ctx.sampler)
+            yield event
             yield from drafter_events(ctx, drafter, "observe", round_)
         down = encode_verdict(tokens, activations)
         yield from send(down, "down", round_, halves.content)

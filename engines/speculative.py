@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 from .decoding import DecodeContext, drafter_events, open_with_drafter, target_forward
 from .draft_length import DraftLength
 from .drafters.base import Draft, Drafter
+from .rejection_view import draft_q, rejection_view
 from .trace import DraftTree, Event, Verification
 from .verify import Verdict, verify_chain
 
@@ -49,7 +50,10 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
             auto.update(len(draft.tokens), verdict.n_accepted, draft_seconds)
         if trace.detailed:
             yield ctx.span("verify", round_, started)
-            yield verification_event(trace.now(), round_, len(draft.tokens), verdict)
+            event = verification_event(trace.now(), round_, len(draft.tokens), verdict)
+            if verdict.n_accepted < len(draft.tokens):
+                event.rejection = chain_rejection(draft, logits, verdict.n_accepted, ctx.sampler)
+            yield event
         next_fate = verdict.next_fate if draft.tokens else "target"  # nothing drafted: a plain target step
         fates = ["accepted"] * verdict.n_accepted + [next_fate]
         yield out.commit(round_, draft.tokens[: verdict.n_accepted] + [verdict.next_token], fates,
@@ -66,3 +70,11 @@ def verification_event(t: float, round_: int, n_drafted: int, verdict: Verdict) 
     return Verification(t=t, round=round_, accepted=list(range(verdict.n_accepted)),
                         rejected=list(range(verdict.n_accepted, n_drafted)),
                         next_token=verdict.next_token, next_fate=verdict.next_fate)
+
+
+def chain_rejection(draft: Draft, logits, position: int, sampler) -> dict:
+    """The refused draft token at ``position`` against the target's distribution there (``draft``: a
+    :class:`Draft` or a speculation cache's ``Window``, both with tokens, probs and logprobs)."""
+    logprob = draft.logprobs[position] if draft.logprobs else None
+    probs = draft.probs[position] if draft.probs is not None else None
+    return rejection_view(logits[position], sampler, {draft.tokens[position]: draft_q(logprob)}, probs)

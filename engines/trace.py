@@ -84,6 +84,8 @@ class Verification(Event):
     next_fate: str  # "bonus" or "correction"
     # trees: per tried node {"id", "outcome": accepted | rejected, "p": p(x), "q": q(x), "draw": u} (p, q, u when sampling)
     nodes: list = field(default_factory=list)
+    # where the target refused a draft token: its top tokens' p beside the draft's q (engines.rejection_view)
+    rejection: dict | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ import torch
 
 from .decoding import DecodeContext, drafter_events, open_with_drafter, target_forward
 from .dynamic_tree import TreeSizer, best_nodes, grow_tree
+from .rejection_view import draft_q, rejection_view
 from .trace import DraftTree, Event, Verification
 from .tree import DraftTreeNodes, TreeVerdict, keep_path, verify_tree
 
@@ -45,7 +46,9 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
             yield from drafter_events(ctx, drafter, "observe", round_)
         if trace.detailed:
             yield ctx.span("verify", round_, started)
-            yield tree_verification(trace.now(), round_, sent_ids, verdict)
+            event = tree_verification(trace.now(), round_, sent_ids, verdict)
+            event.rejection = tree_rejection(sent, logits, verdict, ctx.sampler)
+            yield event
         fates = ["accepted"] * len(verdict.path) + [verdict.next_fate]
         tokens = [sent.nodes[i].token for i in verdict.path] + [verdict.next_token]
         if sizer:
@@ -90,3 +93,14 @@ def tree_verification(t: float, round_: int, sent_ids: list[int], verdict: TreeV
     return Verification(t=t, round=round_, accepted=[sent_ids[i] for i in verdict.path],
                         rejected=[sent_ids[i] for i, o in enumerate(verdict.outcomes) if o != "accepted"],
                         next_token=verdict.next_token, next_fate=verdict.next_fate, nodes=nodes)
+
+
+def tree_rejection(sent: DraftTreeNodes, logits: torch.Tensor, verdict: TreeVerdict, sampler) -> dict | None:
+    """The children the target tried and refused under the last accepted node (None when it refused none:
+    the walk ended on a leaf and took a bonus token)."""
+    parent = verdict.path[-1] if verdict.path else -1
+    refused = {sent.nodes[i].token: draft_q(sent.nodes[i].logprob) for i, outcome in enumerate(verdict.outcomes)
+               if outcome == "rejected" and sent.nodes[i].parent == parent}
+    if not refused:
+        return None
+    return rejection_view(logits[parent + 1], sampler, refused)

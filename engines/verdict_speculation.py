@@ -31,7 +31,7 @@ from .lanes import Emit, Lane, Message, Recv, Send
 from .sampling import Sampler
 from .speculation_cache import (Root, SpeculationCache, Window, fit_power_law, geometric_fanout, saguaro,
                                 uniform_fanout)
-from .speculative import verification_event
+from .speculative import chain_rejection, verification_event
 from .trace import (Backup, BranchRollout, CacheBuild, CacheLookup, EeMessage, FallbackRollout, LaneMessage, Prefill,
                     ReuseDecision, Saguaro, StageSpan)
 from .verify import Verdict, verify_chain
@@ -148,7 +148,10 @@ def target_lane(lane: Lane, ctx: DecodeContext, plan: Plan, sampler: Sampler, vo
         cache.crop(len(out.ids) + verdict.n_accepted)
         if detailed:
             yield Emit(_span(lane, "suffix" if plan.method == "mirror" else "verify", round_, start))
-            yield Emit(verification_event(lane.now(), round_, len(window), verdict))
+            event = verification_event(lane.now(), round_, len(window), verdict)
+            if verdict.n_accepted < len(window):
+                event.rejection = chain_rejection(window, logits, verdict.n_accepted, sampler)
+            yield Emit(event)
         fates = ["accepted"] * verdict.n_accepted + [verdict.next_fate if window.tokens else "target"]
         yield Emit(out.commit(round_, window.tokens[: verdict.n_accepted] + [verdict.next_token], fates,
                               drafted=len(window), accepted=verdict.n_accepted))

@@ -6,6 +6,7 @@ numbers are only checked for being positive: speed is the benchmark's business, 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from engines import METHODS, Engine
 from engines.drafters.registry import SPS, drafters_for
 from engines.drafters.trained import available, exit_head_name
+from specviz import rounds
 from specviz.prompts import load_prompts
 
 APP = Path(__file__).resolve().parents[1] / "app"
@@ -54,7 +56,7 @@ def squash(text: str) -> str:
 
 def stream_text(at: AppTest) -> str:
     """The visible text of the rendered token stream (the markdown block holding the coloured spans)."""
-    blocks = [md.value for md in at.markdown if "font-family:monospace" in md.value]
+    blocks = [md.value for md in at.markdown if "font-family:monospace" in md.value and 'data-view="rounds"' not in md.value]
     assert len(blocks) == 1, "expected exactly one token-stream block"
     return strip_html(blocks[0])
 
@@ -75,9 +77,45 @@ def check_run(at: AppTest, method: str, max_new_tokens: int) -> dict:
     assert float(values["τ (mean accepted length)"]) >= 1.0
     assert int(values["target calls"]) >= 1
     assert values["speedup vs ar"].endswith("×") and float(values["speedup vs ar"][:-1]) > 0
-    # token stream and accepted-length histogram, + acceptance by draft depth for a method that drafts
-    assert len(at.get("plotly_chart")) == (2 if method == "ar" else 3)
+    # where the time goes, the token stream and accepted-length histogram, + acceptance by draft depth for a
+    # method that drafts, + the target's p against the draft's q when the replayed round refused a draft
+    run = at.session_state["last_run"]
+    views = [v for v in rounds.round_views(run["events"]) if v.round > 0]
+    refusal = next((v for v in views if v.round == at.select_slider(key=f"replay:{run['id']}").value), None) \
+        if len(views) > 1 else None
+    expected = (3 if method == "ar" else 4) + int(bool(refusal and refusal.rejection))
+    assert len(at.get("plotly_chart")) == expected
     return values
+
+
+def round_lines(at: AppTest) -> list[str]:
+    block = next(md.value for md in at.markdown if 'data-view="rounds"' in md.value)
+    return re.findall(r"round +(\d+) · ", block)
+
+
+def test_run_page_replays_rounds_and_shows_a_struck_through_refusal():
+    at = new_app()
+    examples = load_prompts()
+    chosen = next(i for i, p in enumerate(examples) if p.category == "summarization")
+    at.selectbox(key="example").set_value(chosen).run()
+    at = generate(at, "pld", prompt=at.text_area(key="prompt_text").value, max_new_tokens=24)
+    run = at.session_state["last_run"]
+    slider = at.select_slider(key=f"replay:{run['id']}")
+    refused = rounds.refused_rounds(rounds.round_views(run["events"]))
+    assert refused, "pld on a summary refuses some drafts"
+    assert slider.value == refused[0], "the replay opens on the first refusal"
+    block = next(md.value for md in at.markdown if 'data-view="rounds"' in md.value)
+    assert "line-through" in block and "refused by the target" in block
+    assert round_lines(at)[-1] == str(refused[0])
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    rejection = next(c for c in charts if c["layout"]["title"]["text"].startswith(f"Round {refused[0]}:"))
+    assert [trace["name"] for trace in rejection["data"]] == ["target p", "draft q"]
+    assert any(trace["name"] == "verify" for c in charts for trace in c["data"]), "the where-the-time-goes chart"
+
+    last = slider.options[-1]
+    slider.set_value(last).run()  # replay to the end: every round is listed
+    assert not at.exception
+    assert round_lines(at)[-1] == str(last) and len(round_lines(at)) == len(slider.options)
 
 
 def test_sps_streams_text_and_metrics():
@@ -115,7 +153,7 @@ def test_pld_example_prompt_with_gamma_sweep_then_ar():
     at.number_input(key="sweep_tokens").set_value(4)
     at.button(key="sweep").click().run()
     assert not at.exception and not at.error
-    assert len(at.get("plotly_chart")) == 4  # + speedup vs γ
+    assert len(at.get("plotly_chart")) == 6  # + speedup vs γ (pld refuses drafts on this summary)
     sweep = at.session_state["sweep_result"]
     assert [p["gamma"] for p in sweep["points"]] == [1, 2]
     assert all(p["speedup"] > 0 for p in sweep["points"])

@@ -138,6 +138,13 @@ def test_dashboard_generates_in_a_real_browser(server, browser):
     assert float(values["tok/s"]) > 0
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
 
+    # one click from the README: a refused draft, struck through, beside the target's p against the draft's q
+    replay = browser.find_element(By.CSS_SELECTOR, 'div[data-view="rounds"]')
+    assert replay.find_elements(By.XPATH, ".//span[contains(@style, 'line-through')]"), "no struck-through draft"
+    heading = browser.find_element(By.XPATH, "//h3[contains(., 'Draft → verify, round by round')]")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", heading)
+    screenshot(browser, "dashboard-rounds.png")
+
 
 def no_exception(browser) -> None:
     from selenium.webdriver.common.by import By

@@ -35,7 +35,7 @@ from ..drafters.early_exit import SyncedHead
 from ..drafters.trained import exit_head_name
 from ..trace import DraftTree, Event, KvRollback, ShallowVerification
 from ..tree import DraftTreeNodes, TreeNode, keep_path, tree_mask_over, typical_tree, verify_tree
-from ..tree_decode import tree_nodes, tree_verification
+from ..tree_decode import tree_nodes, tree_rejection, tree_verification
 from .base import Method, MethodConfig, require_int
 
 ACCEPTANCE = ("greedy", "sample", "typical")
@@ -133,7 +133,9 @@ class Cats(Method):
             verifier.observe(torch.cat([shallow, new_sv], dim=1).index_select(1, rows))
             if trace.detailed:
                 yield ctx.span("verify", round_, started)
-                yield tree_verification(trace.now(), round_, list(range(len(tree))), verdict)
+                event = tree_verification(trace.now(), round_, list(range(len(tree))), verdict)
+                event.rejection = tree_rejection(tree, target_logits, verdict, ctx.sampler)
+                yield event
                 yield KvRollback(t=trace.now(), round=round_, kept=len(rows), dropped=len(tree) + 1 - len(rows))
             fates = ["accepted"] * len(verdict.path) + [verdict.next_fate]
             tokens = [tree.nodes[i].token for i in verdict.path] + [verdict.next_token]
