@@ -119,16 +119,20 @@ class LiveThrottle:
 METRIC_HELP = {
     "tok/s": "New tokens per second of decoding (prefill excluded). For a virtual run the seconds are the "
              "replayed per-lane clock, not wall time.",
-    "α (acceptance)": "Accepted drafts ÷ drafts the last stage judged (Leviathan's per-token α).",
+    "α (acceptance rate)": "Accepted draft tokens ÷ drafted tokens. A ppsd draft is drafted when the last stage "
+                           "judges it (drafts flushed after a rejection are not counted), so for ppsd this is also "
+                           "the per-position acceptance, the a that Eq. 6 takes.",
     "ticks / token": "Stage-1 steps per committed token: 1 if every draft is accepted, S if none is.",
     "idle per lane": "Each lane's share of the decode span spent waiting: the Gantt's gaps.",
     "message overhead": "Median wait from one stage finishing to the next starting on the same tick (transfer + "
                         "wake-up), and activation bytes sent per committed token.",
-    "Eq. 6 tok/s vs measured": "Eq. 6 in time units, 1 / (tick·(α + (1 − α)·S)), with the tick = the slowest "
-                               "stage's median compute + the message time, at the measured α; then the measured "
-                               "tok/s. — for a serial run: its stages never overlap, so Eq. 6 does not apply.",
-    "ρ* (Eq. 6) vs measured speedup": "Eq. 6's speedup N / (αE + (1 − α)·S·E) at the measured α; then the "
-                                      "measured tok/s ÷ ar's on the same prompt (with 'also run ar and eesd').",
+    "Eq. 6 tok/s vs measured": "Eq. 6 in time units, 1 / (tick·(a + (1 − a)·S)), with the tick = the slowest "
+                               "stage's median compute + the message time, at the measured per-position "
+                               "acceptance a (accepted ÷ drafts judged); then the measured tok/s. — for a "
+                               "serial run: its stages never overlap, so Eq. 6 does not apply.",
+    "ρ* (Eq. 6) vs measured speedup": "Eq. 6's speedup N / (aE + (1 − a)·S·E) at the measured per-position "
+                                      "acceptance a; then the measured tok/s ÷ ar's on the same prompt (with "
+                                      "'also run ar and eesd').",
 }
 
 
@@ -144,7 +148,8 @@ def metric_values(events: Sequence[Event], n_layers: int, ar_events: Sequence[Ev
     clock = start.clock if start is not None else "wall"
     point = measured_point(events, ar_events)
     rho = ppsd_speedup(point["alpha"], point["exit_layer"], n_layers)
-    values = {"tok/s": f"{end.stats['tokens_per_s']:.1f}", "α (acceptance)": f"{point['alpha']:.2f}"}
+    values = {"tok/s": f"{end.stats['tokens_per_s']:.1f}",
+              "α (acceptance rate)": f"{end.stats['acceptance_rate']:.2f}" if end.stats.get("drafted") else "—"}
     if metrics:
         values["ticks / token"] = f"{metrics['ticks_per_token']:.2f}" if metrics["ticks_per_token"] else "—"
         values["idle per lane"] = " · ".join(f"{100 * v:.0f}%" for v in metrics["idle"].values())

@@ -1,13 +1,14 @@
 """``gamma=auto`` for chain methods: each round, draft only as many tokens as pay on this machine.
 
 Leviathan et al.'s model gives the expected tokens a round of γ drafts commits when each position is
-accepted with probability α: (1 − α^{γ+1}) / (1 − α). A round costs γ draft steps plus one target
-forward over γ + 1 tokens. The draft step's cost is measured on the run (seconds per drafted token,
-a running mean); the forward's comes from the machine's verify-cost curve
-(:mod:`engines.verify_cost`), so on a CPU where 16 tokens cost twice one the same acceptance buys a
-shorter draft than on one where they cost 1.3×. α is the run's own per-position acceptance so far
-(accepted ÷ positions judged), starting from a prior of one hit in two. Each round takes the γ with the
-most expected tokens per second; at least one token is drafted so α keeps being measured.
+accepted with probability a (the per-token acceptance probability, the paper's α): (1 − a^{γ+1}) / (1 − a).
+A round costs γ draft steps plus one target forward over γ + 1 tokens. The draft step's cost is measured
+on the run (seconds per drafted token, a running mean); the forward's comes from the machine's
+verify-cost curve (:mod:`engines.verify_cost`), so on a CPU where 16 tokens cost twice one the same
+acceptance buys a shorter draft than on one where they cost 1.3×. a is the run's own per-position
+acceptance estimate so far (accepted ÷ positions judged), starting from a prior of one hit in two. Each
+round takes the γ with the most expected tokens per second; at least one token is drafted so the
+estimate keeps being measured.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class DraftLength:
 
     @property
     def alpha(self) -> float:
+        """The running per-position acceptance estimate, accepted ÷ positions judged (prior included);
+        the per-token acceptance probability the model above takes, not the run's α (accepted ÷ drafted)."""
         return self.hits / self.trials
 
     @property

@@ -125,7 +125,9 @@ class LayerStack:
         bf16 logits are spaced 0.125 apart near 20, so a near-tie between the top two tokens is decided by
         rounding, and a many-token verification rounds differently from a one-token step: greedy output
         drifted from ``ar``'s in half the benchmark's turns. An fp32 head keeps every logit's own
-        precision at the cost of reading the head's weights in fp32 (measured in the README).
+        precision at the cost of reading the head's weights in fp32. Measured in docs/benchmarks.md ("bf16
+        drift and an fp32 head"), it did not make greedy output equal ``ar``'s; the fix was row-invariant
+        numerics (docs/exactness.md).
         """
         if not enabled or self.dtype == torch.float32:
             self.fp32_head = None

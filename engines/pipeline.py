@@ -1,4 +1,4 @@
-"""PPSD's pipeline (paper 003, methods.md §6): the target cut into stages, each stage a lane program.
+"""PPSD's pipeline (paper 003; docs/ppsd.md): the target cut into stages, each stage a lane program.
 
 Stage 1 (rank 0, the driver) runs layers [0, E) and the exit head on the newest token and drafts the
 next one; every later stage runs its layers on the activations it receives; the last stage also runs

@@ -1,11 +1,14 @@
 """Run statistics, derived from the event stream alone so a replayed trace gives the same numbers.
 
-Definitions (design.md, "Measuring"): tokens/s over generated tokens excluding prefill time;
+Definitions (README, "Glossary"): tokens/s over generated tokens excluding prefill time;
 τ (mean accepted length) = tokens committed per verification round, bonus/correction included, so
-autoregressive decoding has τ = 1.0; α = accepted ÷ drafted, also per draft position. For the i.i.d. acceptance model of Leviathan et al.
-the estimate of α is accepted ÷ positions reached (a rejection ends a round, so later drafts are
-never tested); that is ``per_token_acceptance``. The token the
-prefill produces belongs to no round; target calls count the prefill plus one call per round.
+autoregressive decoding has τ = 1.0; α (the acceptance rate, ``acceptance_rate``) = accepted ÷ drafted,
+pooled over the run. Two other ratios, never called α: the acceptance by draft position
+(``acceptance_by_position``: at each depth, accepted ÷ rounds that reached it) and the per-position
+acceptance (``per_token_acceptance``: accepted ÷ positions the target judged — a rejection ends a round,
+so later drafts are never tested), the estimate of the per-token acceptance probability in the i.i.d.
+acceptance model of Leviathan et al. The token the prefill produces belongs to no round; target calls
+count the prefill plus one call per round.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class Stats:
 
     @property
     def per_token_acceptance(self) -> float:
-        """accepted ÷ positions tested: Leviathan's α under an i.i.d. model."""
+        """Per-position acceptance: accepted ÷ positions tested, the estimate of the per-token acceptance
+        probability of Leviathan et al.'s i.i.d. model (the papers' α; not this project's α, ``acceptance_rate``)."""
         return sum(self.passed_by_position) / self.positions_tested if self.positions_tested else 0.0
 
     def to_dict(self) -> dict:

@@ -4,7 +4,8 @@ Every speculative method trades draft work for fewer target calls, and what a ca
 decides whether that pays: on a GPU verifying 16 tokens costs about what one does, on a 2-core CPU it
 may cost twice as much. So the curve is measured where the engine runs, never assumed, and cached per
 machine, model, dtype, device and thread count (``<cache_dir>/verify_cost/``). Methods read it to size
-their drafts (``gamma=auto``, ``total_tokens=auto``); the Theory page and the README draw it.
+their drafts (``gamma=auto``, ``total_tokens=auto``); the Theory page and notebook 03 draw it;
+docs/verify-cost.md tables the measured curves.
 
 Measuring it also tunes the matmul kernel per row count (see :mod:`engines.kernels`): each candidate
 kernel times the same forwards and the fastest per n is kept, so the stored curve is the one the

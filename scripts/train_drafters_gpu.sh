@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # How the shipped drafters in data/drafts were trained when a GPU was lent: the same project commands as
 # on a CPU, with a larger self-distillation corpus (960 prompts, greedy + four sampling temperatures)
-# and more epochs than fit the 45-minute CPU budget (the README's "Trained drafters" gives step counts
-# that fit a 2-core CPU). Usage: scripts/train_drafters_gpu.sh [specviz command]
+# and more epochs than fit the 45-minute CPU budget (docs/training.md, "How they are made", gives step
+# counts that fit a 2-core CPU). Usage: scripts/train_drafters_gpu.sh [specviz command]
 set -euo pipefail
 SPECVIZ=${1:-specviz}
 GPU="--device cuda --dtype float32"

@@ -2,10 +2,12 @@
 
 For one position, a draft token ``x ~ q`` is accepted with probability ``min(1, p(x)/q(x))``; on
 rejection a token is drawn from ``norm(max(p − q, 0))``. The emitted token is then distributed
-exactly as ``p``: P(x) = min(p(x), q(x)) + (1 − α)·(p(x) − q(x))⁺/(1 − α) = p(x), with
-α = Σ min(p, q). This module gets real p and q from the model, simulates the rule many times at
-once (vectorized; the engine's own :func:`engines.verify.sample_chain` is checked separately on a
-small example because calling it a million times would take minutes), and plots the result.
+exactly as ``p``: P(x) = min(p(x), q(x)) + (1 − a)·(p(x) − q(x))⁺/(1 − a) = p(x), with
+a = Σ min(p, q) the expected acceptance: the probability that one token drawn from q is accepted (the
+per-token acceptance probability, the papers' α; not the project's α, accepted ÷ drafted over a run).
+This module gets real p and q from the model, simulates the rule many times at once (vectorized; the
+engine's own :func:`engines.verify.sample_chain` is checked separately on a small example because
+calling it a million times would take minutes), and plots the result.
 A deliberately broken variant — resample from p on rejection — shows what the residual is for.
 """
 
@@ -24,7 +26,7 @@ RULES = ("residual", "resample_p")
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> float:
-    """α = Σ_x min(p(x), q(x)): the chance a draft token drawn from q is accepted."""
+    """Expected acceptance Σ_x min(p(x), q(x)): the chance a draft token drawn from q is accepted."""
     return float(torch.minimum(p, q).sum())
 
 
@@ -55,7 +57,8 @@ def answer_distributions(engine: Engine, prompt, continuation: Sequence[int], dr
 
 
 def acceptance_by_position(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """α_j = Σ_x min(P_j(x), Q_j(x)) for every row: how acceptable the draft is at each position."""
+    """Expected acceptance Σ_x min(P_j(x), Q_j(x)) for every row j: how acceptable the draft is at each
+    position."""
     return torch.minimum(P, Q).sum(-1)
 
 
@@ -81,7 +84,7 @@ def simulate_rule(p: torch.Tensor, q: torch.Tensor, n: int, rule: str = "residua
 
 
 def broken_rule_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """What "resample from p on rejection" emits: min(p, q) + (1 − α)·p, which is not p unless q = p."""
+    """What "resample from p on rejection" emits: min(p, q) + (1 − Σ min(p, q))·p, which is not p unless q = p."""
     return torch.minimum(p, q) + (1 - acceptance_probability(p, q)) * p
 
 
@@ -126,12 +129,14 @@ def token_label(engine: Engine) -> Callable[[int], str]:
 
 
 def acceptance_by_position_figure(alphas: torch.Tensor, labels: Sequence[str],
-                                  title: str = "Acceptance probability α = Σ min(p, q) at each position") -> go.Figure:
-    """One bar per position, labelled with the token the target actually produced there."""
+                                  title: str = "Expected acceptance Σ min(p, q) at each position") -> go.Figure:
+    """One bar per position, labelled with the token the target actually produced there. ``alphas``: the
+    expected acceptance Σ min(p, q) at each position (:func:`acceptance_by_position`), not a run's
+    acceptance by draft position."""
     xs = [f"{j}:{label}" for j, label in enumerate(labels)]
     mean = float(alphas.mean())
-    fig = go.Figure(go.Bar(x=xs, y=alphas.tolist(), marker_color="#2e7d32", name="α at this position"))
-    fig.add_hline(y=mean, line_dash="dot", annotation_text=f"mean α = {mean:.2f}")
-    fig.update_layout(title=title, yaxis=dict(title="α", range=[0, 1]), xaxis_title="position: token produced",
-                      height=380, showlegend=False)
+    fig = go.Figure(go.Bar(x=xs, y=alphas.tolist(), marker_color="#2e7d32", name="expected acceptance"))
+    fig.add_hline(y=mean, line_dash="dot", annotation_text=f"mean expected acceptance = {mean:.2f}")
+    fig.update_layout(title=title, yaxis=dict(title="expected acceptance Σ min(p, q)", range=[0, 1]),
+                      xaxis_title="position: token produced", height=380, showlegend=False)
     return fig

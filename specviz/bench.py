@@ -165,8 +165,10 @@ class Tally:
 
     def summary(self, ar_tokens_per_s: float | None) -> dict:
         """``draft_cost``: seconds per drafted token ÷ seconds per AR token (c in Leviathan's model).
-        ``alpha_by_position``: at each draft depth, accepted ÷ rounds that reached it — flat if the drafter
-        is equally good everywhere in its window, falling if its own earlier guesses lead it astray."""
+        ``alpha``: the acceptance rate α, accepted ÷ drafted. ``alpha_by_position`` (the key kept for stored
+        results): the acceptance by draft position, at each draft depth accepted ÷ rounds that reached it —
+        flat if the drafter is equally good everywhere in its window, falling if its own earlier guesses lead
+        it astray."""
         tps = self.new_tokens / self.decode_seconds if self.decode_seconds else 0.0
         draft_cost = None
         if self.drafted and self.draft_seconds and ar_tokens_per_s:
@@ -233,7 +235,9 @@ class PipelineTally:
             self.stage_seconds[lane].append(seconds)
 
     def summary(self, tokens_per_s: float) -> dict:
-        """Eq. 6 at the pooled α with one tick = the slowest stage's median compute + the message time."""
+        """Eq. 6 at the pooled per-position acceptance (``alpha``: accepted ÷ drafts the last stage judged, the
+        per-token acceptance probability the formula takes) with one tick = the slowest stage's median
+        compute + the message time."""
         from statistics import median
 
         alpha = self.accepted / self.checks if self.checks else 0.0
@@ -479,17 +483,19 @@ def link_table(methods: dict) -> list[str]:
 
 
 def pipeline_table(methods: dict) -> list[str]:
-    """Where pipelined runs spent their time, and Eq. 6 at their measured α and tick cost."""
+    """Where pipelined runs spent their time, and Eq. 6 at their measured per-position acceptance and tick
+    cost."""
     rows = {label: m["overall"]["pipeline"] for label, m in methods.items() if "pipeline" in m["overall"]}
     if not rows:
         return []
     lines = ["", "## Pipelines: where the time went (overall)", "",
              "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, S if none is). "
              "Stage ms: median compute per stage; idle: each lane's idle share of the decode time; message: median "
-             "wait from one stage's end to the next one's start on the same tick. Eq. 6 is "
-             "1 / (tick·(α + (1 − α)S)) with tick = slowest stage + message.", "",
-             "| method | clock | S | α | ticks/token | tick ms | stage ms | idle | message ms | bytes/token | "
-             "tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
+             "wait from one stage's end to the next one's start on the same tick. Per-position acceptance a: "
+             "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)S)) with tick = slowest "
+             "stage + message.", "",
+             "| method | clock | S | per-position acceptance | ticks/token | tick ms | stage ms | idle | message ms | "
+             "bytes/token | tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
     for label, p in rows.items():
         o = methods[label]["overall"]
         stage = " / ".join(f"{v * 1e3:.1f}" for v in p["stage_seconds"].values())
@@ -551,13 +557,14 @@ def memory_table(setup: dict, methods: dict) -> list[str]:
 
 
 def position_table(methods: dict) -> list[str]:
-    """Markdown rows of α at each draft depth (overall), for the methods that drafted."""
+    """Markdown rows of the acceptance by draft position (overall: accepted ÷ rounds that reached each
+    depth), for the methods that drafted."""
     by_label = {label: m["overall"].get("alpha_by_position") or [] for label, m in methods.items()}
     by_label = {label: alphas for label, alphas in by_label.items() if alphas}
     if not by_label:
         return []
     depth = max(len(alphas) for alphas in by_label.values())
-    lines = ["", "## α by draft position (overall)", "",
+    lines = ["", "## Acceptance by draft position (overall)", "",
              "Accepted ÷ rounds that reached the position: the first column is how often the drafter's first "
              "guess is right, the rest show whether its later guesses hold up. Each rejection ends a round, so "
              "deeper positions are reached by fewer rounds and read noisier.", "",

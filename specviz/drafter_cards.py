@@ -1,7 +1,8 @@
 """Write the acceptance a trained drafter reaches into its model card, measured by real decoding.
 
 The trainer records teacher-forced agreement on held-out answers; this adds what speculative decoding
-actually sees: α and τ at γ = 5 on the first evaluation prompt of each category, greedy and T = 1.
+actually sees: α (accepted ÷ drafted) and τ at γ = 5 on the first evaluation prompt of each category,
+greedy and T = 1.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_token
                      progress: Callable[[int, int], None] | None = None) -> dict:
     """``ar`` once, then every drafter at γ = 5 on the same prompt and settings.
 
-    Returns ``rows`` (τ, α at the first draft position, α per judged position, draft cost c, speedup)
-    and ``runs`` (each run's events, ``ar`` first) for the trace figures.
+    Returns ``rows`` (τ; α, accepted ÷ drafted; the first-guess acceptance, accepted ÷ rounds at draft
+    position 1; the per-position acceptance, accepted ÷ draft positions the target judged; draft cost c;
+    speedup) and ``runs`` (each run's events, ``ar`` first) for the trace figures.
     """
     if not names:
         raise ValueError("names must list at least one shipped drafter")
@@ -54,9 +55,9 @@ def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_token
         method, options = drafter_run_options(name)
         run = engine.run(prompt, method, **sampling, **options)
         s = run.stats
-        rows.append({"drafter": name, "τ": s.mean_accepted_length,
-                     "α, first guess": s.acceptance_by_position[0] if s.acceptance_by_position else 0.0,
-                     "α per judged position": s.per_token_acceptance,
+        rows.append({"drafter": name, "τ": s.mean_accepted_length, "α": s.acceptance_rate,
+                     "first-guess acceptance": s.acceptance_by_position[0] if s.acceptance_by_position else 0.0,
+                     "per-position acceptance": s.per_token_acceptance,
                      "draft cost c": (draft_seconds(run.events) / s.drafted) / ar_step if s.drafted else None,
                      "speedup": s.tokens_per_s / ar.stats.tokens_per_s,
                      "same text as ar": run.token_ids == ar.token_ids})
@@ -81,12 +82,12 @@ def answer_records(engine: Engine, max_new_tokens: int = 128, prompts_path=DEFAU
 
 
 def tau_vs_acceptance_figure(rows: Sequence[dict], gamma: int = 5, goal: float | None = 2.5) -> go.Figure:
-    """Measured (α per judged position, τ) of each drafter on the flat-acceptance curve at ``gamma``."""
+    """Measured (per-position acceptance, τ) of each drafter on the flat-acceptance curve at ``gamma``."""
     grid = [i / 100 for i in range(0, 96)]
     fig = go.Figure(go.Scatter(x=grid, y=[expected_tokens_per_round(a, gamma) for a in grid], mode="lines",
                                name=f"τ if every position is accepted with probability a (γ = {gamma})",
                                line=dict(color="#888", dash="dot")))
-    fig.add_trace(go.Scatter(x=[r["α per judged position"] for r in rows], y=[r["τ"] for r in rows],
+    fig.add_trace(go.Scatter(x=[r["per-position acceptance"] for r in rows], y=[r["τ"] for r in rows],
                              mode="markers+text", text=[r["drafter"] for r in rows], textposition="top center",
                              name="measured drafters", marker=dict(size=10)))
     if goal:
@@ -94,7 +95,7 @@ def tau_vs_acceptance_figure(rows: Sequence[dict], gamma: int = 5, goal: float |
         fig.add_hline(y=goal, line=dict(color="#c62828", dash="dash"),
                       annotation_text=f"τ = {goal}" + (f" needs a ≈ {needed:.2f}" if needed is not None else ""))
     fig.update_layout(title="Tokens per round against per-position acceptance",
-                      xaxis_title="α: accepted ÷ draft positions the target judged",
+                      xaxis_title="per-position acceptance a: accepted ÷ draft positions the target judged",
                       yaxis_title="τ: tokens committed per target call", xaxis_range=[0, 1], height=420)
     return fig
 

@@ -55,29 +55,32 @@ def accepted_length_histogram(runs: dict[str, Sequence[Event]]) -> go.Figure:
 
 
 def draft_depth_acceptance_figure(runs: dict[str, Sequence[Event]]) -> go.Figure:
-    """α at each draft depth: accepted ÷ rounds that reached it. A flat profile means the drafter's first
-    guess bounds τ; a falling one means its own earlier guesses lead it astray."""
+    """Acceptance by draft position: at each draft depth, accepted ÷ rounds that reached it. A flat profile
+    means the drafter's first guess bounds τ; a falling one means its own earlier guesses lead it astray."""
     fig = go.Figure()
     for name, events in runs.items():
         stats = compute_stats(events)
         depths = list(range(1, len(stats.acceptance_by_position) + 1))
         fig.add_trace(go.Bar(x=depths, y=stats.acceptance_by_position, name=name,
                              customdata=stats.reached_by_position,
-                             hovertemplate="depth %{x}: α = %{y:.2f} over %{customdata} rounds<extra></extra>"))
-    fig.update_layout(title="Acceptance by draft depth", xaxis_title="draft position (1 = first guess)",
+                             hovertemplate="depth %{x}: acceptance %{y:.2f} (accepted ÷ the %{customdata} rounds "
+                                           "that reached it)<extra></extra>"))
+    fig.update_layout(title="Acceptance by draft position", xaxis_title="draft position (1 = first guess)",
                       yaxis_title="accepted ÷ rounds that reached it", yaxis_range=[0, 1], barmode="group")
     return fig
 
 
 def speedup_vs_gamma(points: Sequence[dict], alpha: float, cost_ratio: float, max_gamma: int | None = None,
                      title: str = "Speedup vs γ: measured and Leviathan et al.'s model") -> go.Figure:
-    """``points``: measured ``{"gamma", "speedup"}``; the curve is the model at the measured α and c."""
+    """``points``: measured ``{"gamma", "speedup"}``; the curve is the model at the measured c and a, the
+    per-token acceptance probability (``alpha``: a measured per-position acceptance, e.g.
+    :func:`specviz.sweep.gamma_sweep`'s)."""
     gammas = [p["gamma"] for p in points]
     top = max_gamma or max(gammas + [8])
     grid = list(range(1, top + 1))
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
-                             name=f"theory (α = {alpha:.2f}, c = {cost_ratio:.2f})"))
+                             name=f"theory (a = {alpha:.2f}, c = {cost_ratio:.2f})"))
     fig.add_trace(go.Scatter(x=gammas, y=[p["speedup"] for p in points], mode="markers+lines",
                              marker=dict(size=10), name="measured"))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
@@ -119,7 +122,8 @@ def chain_speedup_on_curve(alpha: float, gamma: int, cost_ratio: float, curve) -
 
 def chain_theory_on_curve_figure(alpha: float, cost_ratio: float, curve, max_gamma: int = 16) -> go.Figure:
     """Speedup against γ under Leviathan's assumption (verifying γ + 1 tokens costs one step) and on this
-    machine's measured curve: the gap is what the assumption hides, and the best γ moves."""
+    machine's measured curve: the gap is what the assumption hides, and the best γ moves. ``alpha``: a, the
+    per-token acceptance probability."""
     gammas = list(range(1, max_gamma + 1))
     flat = [expected_speedup(alpha, g, cost_ratio) for g in gammas]
     measured = [chain_speedup_on_curve(alpha, g, cost_ratio, curve) for g in gammas]
@@ -129,7 +133,7 @@ def chain_theory_on_curve_figure(alpha: float, cost_ratio: float, curve, max_gam
     best = gammas[max(range(len(gammas)), key=measured.__getitem__)]
     fig.add_vline(x=best, line=dict(color="#1565c0", dash="dash"), annotation_text=f"best γ here: {best}")
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
-    fig.update_layout(title=f"Chain speedup against γ (α = {alpha:.2f}, c = {cost_ratio:.2f})", height=380,
+    fig.update_layout(title=f"Chain speedup against γ (a = {alpha:.2f}, c = {cost_ratio:.2f})", height=380,
                       xaxis_title="γ: tokens drafted per round", yaxis=dict(title="speedup over ar", rangemode="tozero"),
                       legend=dict(orientation="h", y=-0.25))
     return fig

@@ -1,4 +1,9 @@
-"""PPSD (paper 003, methods.md §6) drawn from live runs: who computed what and when, and the paper's formulas.
+"""PPSD (paper 003; docs/ppsd.md) drawn from live runs: who computed what and when, and the paper's formulas.
+
+In the formulas, a is the per-token acceptance probability (the paper's α); measured, it is the run's
+per-position acceptance, accepted ÷ draft positions the target judged (``Stats.per_token_acceptance``).
+For ``ppsd`` that equals the run's α (accepted ÷ drafted): every judged draft is its own round and flushed
+drafts are never counted. For ``eesd`` it does not: α also counts drafts after a rejection, never judged.
 
 Everything here reads the engine's event stream (``StageCompute``, ``Check``, ``Flush``, ``StageSpan``,
 ``Prefill``, ``RunStart``, ``RunEnd``) through :mod:`specviz.pipeline`, so a replayed trace draws the same
@@ -7,8 +12,8 @@ pictures as a live run, and a run still in progress draws what it has done so fa
 * :func:`lane_gantt_figure` — the worker × time Gantt of the paper's Figure 2, from real runs: one row per
   lane of each run (``ar · cpu0``, ``eesd · cpu0``, ``ppsd · cpu0``, ``ppsd · cpu1``), each stage compute
   coloured by the fate of the draft it carried. Idle time is the gaps.
-* :func:`speedup_surface_figure` — ρ*(α, E) of Eq. 6 beside EESD's ρ(α, γ, E) of Eq. 4, measured runs as
-  markers; :func:`gain_heatmap_figure` — λ of Eq. 7 (the formula, with a note on the paper's α = 1 claim);
+* :func:`speedup_surface_figure` — ρ*(a, E) of Eq. 6 beside EESD's ρ(a, γ, E) of Eq. 4, measured runs as
+  markers; :func:`gain_heatmap_figure` — λ of Eq. 7 (the formula, with a note on the paper's claim at a = 1);
   :func:`speedup_vs_exit_figure` — measured speedup against the exit layer for norm and layer heads.
 * :func:`text_strip_html` — the case-study strip: accepted drafts plain, rejected ones struck out, the
   target's corrections highlighted.
@@ -42,7 +47,8 @@ FATE_LABELS = {"prefill": "prefill (the prompt)", "accepted": "draft accepted", 
                "pending": "in flight (not judged yet)", "draft": "draft (ar/eesd)", "verify": "verify (ar/eesd)"}
 HEAD_COLOURS = {"layer": "#6a1b9a", "norm": "#ef6c00", "none": "#455a64"}
 EXIT_PALETTE = ("#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#ad1457")
-ALPHA_NOTE = "At α = 1, Eq. 7 gives λ = (γ + N/E)/(γ + 1), not the paper's stated γ + N/E: plotted is the formula."
+ALPHA_NOTE = ("At a = 1 (every draft accepted), Eq. 7 gives λ = (γ + N/E)/(γ + 1), not the paper's stated γ + N/E: "
+              "plotted is the formula.")
 
 
 # --- reading runs -------------------------------------------------------------------------------
@@ -208,9 +214,10 @@ def baseline_for(events: Sequence[Event], runs: Mapping[str, Sequence[Event]]) -
 
 
 def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = None, label: str | None = None) -> dict:
-    """One finished run as a point for the formula figures: its method, exit layer, head, α (accepted ÷
-    draft positions the target judged), tokens/s, speedup over ``baseline`` (an ``ar`` run of the same
-    prompt; None without one, or if the two clocks cannot be compared: see :func:`comparable`) and clock."""
+    """One finished run as a point for the formula figures: its method, exit layer, head, ``alpha`` (the
+    per-position acceptance, accepted ÷ draft positions the target judged: the formulas' a), tokens/s,
+    speedup over ``baseline`` (an ``ar`` run of the same prompt; None without one, or if the two clocks
+    cannot be compared: see :func:`comparable`) and clock."""
     start, end = run_start(events), run_end(events)
     if start is None or end is None:
         raise ValueError("measured_point needs a finished run (RunStart … RunEnd)")
@@ -228,9 +235,10 @@ def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = N
 
 def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baseline: str | None = "auto") -> list[dict]:
     """A row per run with what the pipeline did (:func:`specviz.pipeline.pipeline_metrics`) and Eq. 6 beside
-    it: measured tokens/s against Eq. 6 at the measured α and tick, and measured speedup against ρ*(α, E)
-    of Eq. 6 — over the run named ``baseline``, or with ``"auto"`` over :func:`baseline_for` (a virtual run
-    over one-thread ``ar``); ``None``: no speedups. Single-lane runs fill only what they have."""
+    it: measured tokens/s against Eq. 6 at the measured per-position acceptance a and tick, and measured
+    speedup against ρ*(a, E) of Eq. 6 — over the run named ``baseline``, or with ``"auto"`` over
+    :func:`baseline_for` (a virtual run over one-thread ``ar``); ``None``: no speedups. Single-lane runs fill
+    only what they have."""
     rows = []
     for name, events in runs.items():
         start, end = run_start(events), run_end(events)
@@ -239,7 +247,8 @@ def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baselin
         base = baseline_for(events, runs) if baseline == "auto" else runs.get(baseline) if baseline else None
         point = measured_point(events, base)
         row = {"run": clock_label(name, events), "clock": start.clock, "tok/s": end.stats["tokens_per_s"],
-               "speedup vs ar": point["speedup"], "α": point["alpha"] if start.method != "ar" else None}
+               "speedup vs ar": point["speedup"],
+               "per-position acceptance": point["alpha"] if start.method != "ar" else None}
         metrics = pipeline_metrics(events)
         if metrics:
             exit_layer = point["exit_layer"]
@@ -250,8 +259,8 @@ def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baselin
                 "idle": " · ".join(f"{lane} {100 * v:.0f}%" for lane, v in metrics["idle"].items()),
                 "message ms": _ms(metrics["message_seconds"]),
                 "message kB/token": (metrics["message_bytes_per_token"] or 0.0) / 1e3,
-                "Eq. 6 tok/s (measured α, tick)": metrics["eq6_tokens_per_s"],
-                "Eq. 6 ρ* (measured α)": ppsd_speedup(point["alpha"], exit_layer, n_layers) if exit_layer else None,
+                "Eq. 6 tok/s (measured a, tick)": metrics["eq6_tokens_per_s"],
+                "Eq. 6 ρ* (measured a)": ppsd_speedup(point["alpha"], exit_layer, n_layers) if exit_layer else None,
             })
         rows.append(row)
     return rows
@@ -273,14 +282,14 @@ def exit_colour(exit_layer: int, exits: Sequence[int] = SHIPPED_EXITS) -> str:
 
 def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequence[dict] | None = None,
                            exits: Sequence[int] = SHIPPED_EXITS) -> go.Figure:
-    """ρ*(α, E) of Eq. 6 (left) against EESD's ρ(α, γ, E) of Eq. 4 (right), one line per exit layer E, on one
-    y scale. ``measured``: dicts with ``alpha``, ``exit_layer``, ``speedup``, ``label``, ``clock`` (and
-    ``method``: ``eesd`` points go on the right, the rest on the left); virtual-clock points are open
-    markers labelled clock=virtual."""
+    """ρ*(a, E) of Eq. 6 (left) against EESD's ρ(a, γ, E) of Eq. 4 (right), one line per exit layer E, on one
+    y scale. ``measured``: dicts with ``alpha`` (a per-position acceptance), ``exit_layer``, ``speedup``,
+    ``label``, ``clock`` (and ``method``: ``eesd`` points go on the right, the rest on the left);
+    virtual-clock points are open markers labelled clock=virtual."""
     alphas = _alphas()
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("PPSD: ρ* = N / (αE + (1 − α)·⌈N/E⌉·E)  (Eq. 6)",
-                                        f"EESD, γ = {gamma}: ρ = (1 − α^(γ+1))·N / ((1 − α)(γE + N))"
+                        subplot_titles=("PPSD: ρ* = N / (aE + (1 − a)·⌈N/E⌉·E)  (Eq. 6)",
+                                        f"EESD, γ = {gamma}: ρ = (1 − a^(γ+1))·N / ((1 − a)(γE + N))"
                                         "  (Eq. 4)"))
     for e in exits:
         colour, stages = exit_colour(e, exits), math.ceil(n_layers / e)
@@ -288,7 +297,7 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
                            (2, lambda a: eesd_speedup(a, gamma, e, n_layers))):
             fig.add_trace(go.Scatter(x=alphas, y=[curve(a) for a in alphas], mode="lines", line=dict(color=colour),
                                      name=f"E = {e} (S = {stages})", legendgroup=f"E{e}", showlegend=col == 1,
-                                     hovertemplate=f"E = {e}: α %{{x:.2f}} → %{{y:.2f}}×<extra></extra>"),
+                                     hovertemplate=f"E = {e}: a %{{x:.2f}} → %{{y:.2f}}×<extra></extra>"),
                           row=1, col=col)
     for point in measured or ():
         col = 2 if point.get("method") == "eesd" else 1
@@ -303,45 +312,49 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
             x=[point["alpha"]], y=[point["speedup"]], mode="markers", name=f"measured: {label}",
             marker=dict(size=13, color=exit_colour(e, exits), symbol="diamond-open" if virtual else "diamond",
                         line=dict(width=2, color=exit_colour(e, exits) if virtual else "#000000")),
-            hovertemplate=(f"{html.escape(label)}<br>α %{{x:.2f}} · measured %{{y:.2f}}× · formula at this α "
+            hovertemplate=(f"{html.escape(label)}<br>per-position acceptance %{{x:.2f}} · measured %{{y:.2f}}× · "
+                           f"formula at this a "
                            f"{theory:.2f}×<extra></extra>")), row=1, col=col)
     for col in (1, 2):
         fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", row=1, col=col)
-        fig.update_xaxes(title_text="α (per-token acceptance)", range=[0, 1], row=1, col=col)
+        fig.update_xaxes(title_text="a: per-token acceptance probability (measured: per-position acceptance)",
+                         range=[0, 1], row=1, col=col)
     fig.update_yaxes(title_text="speedup over autoregressive", rangemode="tozero", row=1, col=1)
-    fig.update_layout(title=f"Speedup against α for each exit layer E (N = {n_layers} layers; dotted: ar)",
+    fig.update_layout(title=f"Speedup against per-token acceptance a for each exit layer E (N = {n_layers} layers;"
+                            " dotted: ar)",
                       height=460, margin=dict(t=80, b=50), legend=dict(title="exit layer"))
     return fig
 
 
 def gain_grid(n_layers: int = 30, gamma: int = 5,
               step: float = 0.02) -> tuple[list[float], list[int], list[list[float]]]:
-    """α values, exit layers 1..N−1 and λ(α, E) of Eq. 7 (rows: E, columns: α)."""
+    """Values of a (per-token acceptance probability), exit layers 1..N−1 and λ(a, E) of Eq. 7 (rows: E,
+    columns: a)."""
     alphas, exits = _alphas(step), list(range(1, n_layers))
     return alphas, exits, [[ppsd_gain(a, gamma, e, n_layers) for a in alphas] for e in exits]
 
 
 def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
-    """λ = ρ*/ρ of Eq. 7 over α × E (left) and, at α = 1, the formula against the paper's stated γ + N/E
+    """λ = ρ*/ρ of Eq. 7 over a × E (left) and, at a = 1, the formula against the paper's stated γ + N/E
     (right): the plots draw the formula, and the note says why the two differ."""
     alphas, exits, grid = gain_grid(n_layers, gamma)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.1,
-                        subplot_titles=(f"λ(α, E) = ρ*/ρ, Eq. 7 (γ = {gamma}, N = {n_layers})",
-                                        "at α = 1: the formula vs the paper's claim"))
+                        subplot_titles=(f"λ(a, E) = ρ*/ρ, Eq. 7 (γ = {gamma}, N = {n_layers})",
+                                        "at a = 1: the formula vs the paper's claim"))
     fig.add_trace(go.Heatmap(x=alphas, y=exits, z=grid, colorscale="Viridis",
                              colorbar=dict(title="λ", x=0.62, thickness=14),
-                             hovertemplate="α %{x:.2f} · E = %{y} → λ = %{z:.2f}<extra></extra>"), row=1, col=1)
+                             hovertemplate="a %{x:.2f} · E = %{y} → λ = %{z:.2f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=exits, y=[ppsd_gain(1.0, gamma, e, n_layers) for e in exits], mode="lines+markers",
-                             name="Eq. 7 at α = 1 = (γ + N/E)/(γ + 1)", line=dict(color="#2e7d32")), row=1, col=2)
+                             name="Eq. 7 at a = 1 = (γ + N/E)/(γ + 1)", line=dict(color="#2e7d32")), row=1, col=2)
     fig.add_trace(go.Scatter(x=exits, y=[gamma + n_layers / e for e in exits], mode="lines",
                              name="the paper's claim γ + N/E", line=dict(color="#c62828", dash="dash")), row=1, col=2)
     example = SHIPPED_EXITS[-1] if SHIPPED_EXITS[-1] < n_layers else exits[len(exits) // 2]
     note = (f"{ALPHA_NOTE} E.g. E = {example}: λ(1) = {ppsd_gain(1.0, gamma, example, n_layers):.2f}, "
             f"the claim says {gamma + n_layers / example:.2f}.")
-    fig.update_xaxes(title_text="α (per-token acceptance)", row=1, col=1)
+    fig.update_xaxes(title_text="a: per-token acceptance probability", row=1, col=1)
     fig.update_yaxes(title_text="exit layer E", row=1, col=1)
     fig.update_xaxes(title_text="exit layer E", row=1, col=2)
-    fig.update_yaxes(title_text="λ at α = 1", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="λ at a = 1", type="log", row=1, col=2)
     lowest = min(min(row) for row in grid)
     fig.update_layout(title=f"PPSD's gain over EESD at the same exit (smallest λ here: {lowest:.2f})"
                             f"<br><sup>{note}</sup>",
@@ -352,9 +365,9 @@ def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
 
 def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) -> go.Figure:
     """Measured speedup against the exit layer E, one line per head (norm, layer) and clock (Tables 6/7 of
-    the paper, measured). Points: dicts ``exit_layer``, ``head``, ``speedup``, ``clock``, ``alpha``; virtual
-    points are open markers on a dashed line labelled clock=virtual. Given ``n_layers``, Eq. 6 at each
-    point's α is drawn as a small grey cross beside it."""
+    the paper, measured). Points: dicts ``exit_layer``, ``head``, ``speedup``, ``clock``, ``alpha`` (its
+    per-position acceptance); virtual points are open markers on a dashed line labelled clock=virtual. Given
+    ``n_layers``, Eq. 6 at each point's per-position acceptance is drawn as a small grey cross beside it."""
     fig = go.Figure()
     groups: dict[tuple[str, str], list[dict]] = {}
     for point in points:
@@ -371,13 +384,14 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
             line=dict(color=colour, dash="dash" if virtual else "solid"),
             marker=dict(size=11, color=colour, symbol="circle-open" if virtual else "circle", line=dict(width=2)),
             customdata=[[p.get("alpha", float("nan")), p.get("label", "")] for p in group],
-            hovertemplate="%{customdata[1]}<br>E = %{x} · α %{customdata[0]:.2f} · %{y:.2f}×<extra></extra>"))
+            hovertemplate="%{customdata[1]}<br>E = %{x} · per-position acceptance %{customdata[0]:.2f} · "
+                          "%{y:.2f}×<extra></extra>"))
     if n_layers:
         alphas = [p for g in groups.values() for p in g if p.get("alpha") is not None]
         fig.add_trace(go.Scatter(x=[p["exit_layer"] for p in alphas],
                                  y=[ppsd_speedup(p["alpha"], p["exit_layer"], n_layers) for p in alphas],
                                  mode="markers", marker=dict(symbol="x", size=8, color="#9e9e9e"),
-                                 name="Eq. 6 at each point's α"))
+                                 name="Eq. 6 at each point's per-position acceptance"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ar")
     virtual = any(clock == "virtual" for _, clock in groups)
     fig.update_layout(title="Speedup against the exit layer, norm vs layer heads"
@@ -391,7 +405,9 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
 def exit_points_from_bench(results: dict) -> list[dict]:
     """Points for :func:`speedup_vs_exit_figure` from a recorded ``specviz bench`` run with ppsd rows (e.g.
     ``data/bench/bf16/ppsd-exits/results.json``): each row's exit layer and head from its label, its overall
-    speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), α and clock."""
+    speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), ``alpha`` and clock.
+    ``alpha`` is the row's recorded α, accepted ÷ drafted, which for ``ppsd`` is its per-position acceptance
+    (every judged draft is a round of one drafted token)."""
     from .bench import parse_method
 
     points = []
@@ -418,7 +434,8 @@ def formula_readout(alpha: float, exit_layer: int, gamma: int, n_layers: int = 3
 
 
 def formula_figure(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30) -> go.Figure:
-    """ρ* (Eq. 6) and ρ (Eq. 4) against α at one E and γ, the chosen α marked on both."""
+    """ρ* (Eq. 6) and ρ (Eq. 4) against a, the per-token acceptance probability, at one E and γ; the chosen
+    a (``alpha``) marked on both."""
     alphas = _alphas()
     fig = go.Figure()
     curves = (("PPSD ρ* (Eq. 6)", lambda a: ppsd_speedup(a, exit_layer, n_layers), "#2e7d32"),
@@ -431,7 +448,7 @@ def formula_figure(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30
                                  hovertemplate=f"{name}: %{{y:.2f}}×<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ar")
     fig.update_layout(title=f"E = {exit_layer} of N = {n_layers} (S = {math.ceil(n_layers / exit_layer)} stages)",
-                      xaxis=dict(title="α (per-token acceptance)", range=[0, 1]),
+                      xaxis=dict(title="a: per-token acceptance probability", range=[0, 1]),
                       yaxis=dict(title="speedup over autoregressive", rangemode="tozero"), height=360,
                       margin=dict(t=50, b=40))
     return fig

@@ -1,10 +1,15 @@
 """The papers' analytic models, so every plot can lay theory beside measurement.
 
-Leviathan et al. (2023), with α the per-token acceptance rate, γ the draft length and c the cost of
-one draft step as a fraction of one target step (verifying γ+1 tokens is assumed to cost one step):
+Leviathan et al. (2023), with a the per-token acceptance probability (the paper's α: each draft token
+accepted independently with probability a), γ the draft length and c the cost of one draft step as a
+fraction of one target step (verifying γ+1 tokens is assumed to cost one step):
 
-    E[tokens per round] = (1 − α^(γ+1)) / (1 − α)
-    speedup             = (1 − α^(γ+1)) / ((1 − α)(γ·c + 1))
+    E[tokens per round] = (1 − a^(γ+1)) / (1 − a)
+    speedup             = (1 − a^(γ+1)) / ((1 − a)(γ·c + 1))
+
+The functions take a as ``alpha``. Measured, a is estimated by the per-position acceptance (accepted ÷
+draft positions the target judged, ``Stats.per_token_acceptance``), not by the acceptance rate α of the
+README's glossary (accepted ÷ drafted), which also counts drafts after a rejection that were never judged.
 
 Draft trees (EAGLE-2) extend the model with ranks: see the section "draft trees" below. Speculation on
 the verdict (Mirror-SD, SSD) has latency laws of its own: see the last section.
@@ -119,7 +124,7 @@ def tree_speedup(tokens_per_round: float, nodes: int, depth: int, draft_cost: fl
     return tokens_per_round * step / (depth * draft_cost * step + verify_cost(nodes + 1))
 
 
-# --- CATS under a memory budget (paper 004; the digest's [derived] time model, §7.6) -------------------
+# --- CATS under a memory budget (paper 004; a [derived] time model, docs/trees-and-cats.md) -------------
 # Layers 1..L_SV are resident; the deep layers stream from flash once per forward, chunk i+1 loading while
 # chunk i computes, so a pass over them costs max(bytes / bandwidth, compute) (for chunks of equal size).
 # A CATS cycle drafts γ̄ times through the shallow layers, runs the shallow verifier and the re-forward,
@@ -152,35 +157,37 @@ def bytes_per_token(bytes_per_cycle: float, tau: float) -> float:
     return bytes_per_cycle / tau
 
 
-# --- PPSD (paper 003, methods.md §6.4) -----------------------------------------------------------
+# --- PPSD (paper 003, Eqs. 4, 6, 7; docs/ppsd.md) -------------------------------------------------
 def eesd_speedup(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
     """Eq. 4: early-exit self-speculation drafting γ tokens from layer E of N, verifying with the rest,
-    ρ = (1 − α^{γ+1})·N / ((1 − α)(γE + N))."""
+    ρ = (1 − a^{γ+1})·N / ((1 − a)(γE + N)), a (``alpha``) the per-token acceptance probability."""
     if alpha >= 1:
         return (gamma + 1) * n_layers / (gamma * exit_layer + n_layers)
     return (1 - alpha ** (gamma + 1)) * n_layers / ((1 - alpha) * (gamma * exit_layer + n_layers))
 
 
 def ppsd_speedup(alpha: float, exit_layer: int, n_layers: int, head_layers: float = 0.0) -> float:
-    """Eq. 6: ρ* = N / (αE + (1 − α)·⌈N/E⌉·E): an accepted token costs one tick of E layers, a rejected one
-    a whole pipeline of S = ⌈N/E⌉ ticks. ``head_layers`` h adds the exit head's cost to each tick in
-    layer-equivalents, the [derived] variant N / ((E + h)(α + (1 − α)S))."""
+    """Eq. 6: ρ* = N / (aE + (1 − a)·⌈N/E⌉·E), a (``alpha``) the per-token acceptance probability: an
+    accepted token costs one tick of E layers, a rejected one a whole pipeline of S = ⌈N/E⌉ ticks.
+    ``head_layers`` h adds the exit head's cost to each tick in layer-equivalents, the [derived] variant
+    N / ((E + h)(a + (1 − a)S))."""
     stages = math.ceil(n_layers / exit_layer)
     return n_layers / ((exit_layer + head_layers) * (alpha + (1 - alpha) * stages))
 
 
 def ppsd_gain(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
-    """Eq. 7: λ = ρ*/ρ, PPSD over EESD at the same exit. At α = 1 this is (γ + N/E)/(γ + 1), not the
-    paper's stated γ + N/E (methods.md §6.4): the plots draw the formula."""
+    """Eq. 7: λ = ρ*/ρ, PPSD over EESD at the same exit. At a = 1 (every draft accepted) this is
+    (γ + N/E)/(γ + 1), not the paper's stated γ + N/E (docs/ppsd.md): the plots draw the formula."""
     return ppsd_speedup(alpha, exit_layer, n_layers) / eesd_speedup(alpha, gamma, exit_layer, n_layers)
 
 
 def ppsd_tokens_per_s(alpha: float, stages: int, tick_seconds: float) -> float:
-    """Eq. 6 in time units: one token per tick when accepted, S ticks when rejected."""
+    """Eq. 6 in time units, 1 / (tick·(a + (1 − a)S)): one token per tick when accepted, S ticks when
+    rejected; a (``alpha``) the per-token acceptance probability."""
     return 1.0 / (tick_seconds * (alpha + (1 - alpha) * stages))
 
 
-# --- speculation on the verdict: Mirror-SD (paper 001, methods.md §3.6) and SSD (paper 005, §5.6) ----------
+# --- speculation on the verdict: Mirror-SD (paper 000) and SSD (paper 002); docs/mirror-and-ssd.md ----------
 # Both hide the draft's work for round t+1 under the target's verification of round t. Mirror starts it
 # mid-verification from the early exit (after layers 1..l_e), SSD at verification start from the draft's own
 # logits; a verdict the draft did not prepare for costs a fresh window on the critical path.
@@ -202,12 +209,12 @@ def _check_times(**times: float) -> None:
 
 def mirror_step_time(t_prefix: float, t_suffix: float, t_draft_gen: float, t_rv: float,
                      fallback_rate: float = 0.0, t_fallback: float | None = None) -> float:
-    """E[T_step] of one Mirror-SD round (methods.md §3.6): T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen) + FF·T_gen.
+    """E[T_step] of one Mirror-SD round (the paper's Eq. 10): T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen) + FF·T_gen.
 
     The paper's latency law (Eq. 10/14) has no fallback term; the [derived] ``FF·T_gen`` adds the fresh rollout
     a fallback puts on the critical path, so the law can be laid beside measured rounds. ``t_fallback`` is that
     fresh rollout's own cost where it is measured (one chain of γ tokens is cheaper than the κ(γ+1)-branch tree
-    of ``t_draft_gen``); ``None`` uses T_gen, as methods.md writes it."""
+    of ``t_draft_gen``); ``None`` uses T_gen, as docs/mirror-and-ssd.md writes it."""
     _check_rate("fallback_rate", fallback_rate)
     fresh = t_draft_gen if t_fallback is None else t_fallback
     _check_times(t_prefix=t_prefix, t_suffix=t_suffix, t_draft_gen=t_draft_gen, t_rv=t_rv, t_fallback=fresh)
@@ -215,7 +222,7 @@ def mirror_step_time(t_prefix: float, t_suffix: float, t_draft_gen: float, t_rv:
 
 
 def mirror_speedup_vs_sd(t_prefix: float, t_suffix: float, t_draft_gen: float, t_rv: float) -> float:
-    """The paper's step speedup S over vanilla SD (§3.6), T_SD / T_Mirror with T_SD = T_target + T_gen:
+    """The paper's step speedup S over vanilla SD (its App. C), T_SD / T_Mirror with T_SD = T_target + T_gen:
     (T_target + T_gen)/(T_target + T_rv) while the draft fits in the overlap budget Δ = T^{l_e+1:N}, else
     (T^{1:l_e} + Δ + T_gen)/(T^{1:l_e} + T_gen + T_rv). Mirror wins (S > 1) iff T_rv < min(Δ, T_gen)."""
     _check_times(t_prefix=t_prefix, t_suffix=t_suffix, t_draft_gen=t_draft_gen, t_rv=t_rv)
@@ -227,7 +234,8 @@ def mirror_speedup_vs_sd(t_prefix: float, t_suffix: float, t_draft_gen: float, t
 
 def ssd_round_time(t_verify: float, t_comm: float, hit_rate: float, t_backup: float,
                    t_draftwork: float = 0.0) -> float:
-    """E[T_round] of SSD at batch 1 (methods.md §5.6, [derived]): max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup.
+    """E[T_round] of SSD at batch 1 ([derived]; docs/mirror-and-ssd.md): max(T_v, T_draftwork) + T_comm +
+    (1 − P(hit))·T_backup.
 
     The draft's per-round work (glue forward + K tree steps over Σ F_k branches) is hidden while it fits under
     the target's verification T_v; past that it sets the pace. A miss adds the backup on the critical path."""
@@ -237,7 +245,8 @@ def ssd_round_time(t_verify: float, t_comm: float, hit_rate: float, t_backup: fl
 
 
 def ssd_speedup_vs_sd(t_draft_k: float, t_verify: float, hit_rate: float, t_backup: float) -> float:
-    """SSD over synchronous SD at the same acceptance (§5.6, [derived]): (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup).
+    """SSD over synchronous SD at the same acceptance ([derived]; docs/mirror-and-ssd.md):
+    (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup).
     At P(hit) = 1 this is the bound 1 + T_d(K)/T_v: drafting disappears from the round entirely."""
     _check_rate("hit_rate", hit_rate)
     _check_times(t_draft_k=t_draft_k, t_verify=t_verify, t_backup=t_backup)
@@ -251,7 +260,7 @@ def law_tokens_per_s(tokens_per_round: float, step_seconds: float) -> float:
     return tokens_per_round / step_seconds
 
 
-# --- Mixture of Attentions, client–server (paper 001, methods.md §4.5) ------------------------------------
+# --- Mixture of Attentions, client–server (paper 001; docs/moa.md) ---------------------------------------
 # MoA keeps the serial draft → verify loop; in client–server mode each cycle also crosses the link twice:
 #
 #     T_cycle = T_draft,client + RTT + 8·(bytes_up + bytes_down)/BW + T_verify,server + T_LSA      [derived]
@@ -262,7 +271,7 @@ def law_tokens_per_s(tokens_per_round: float, step_seconds: float) -> float:
 
 def moa_cycle_seconds(t_draft: float, rtt: float, bytes_up: float, bytes_down: float, bandwidth_bps: float | None,
                       t_verify: float, t_lsa: float = 0.0) -> float:
-    """One client–server cycle (methods.md §4.5, [derived]): T_draft + RTT + 8(bytes_up + bytes_down)/BW +
+    """One client–server cycle ([derived]; docs/moa.md): T_draft + RTT + 8(bytes_up + bytes_down)/BW +
     T_verify + T_LSA. ``bandwidth_bps`` in bits per second; ``None`` (or ∞) = an unlimited link (no transfer
     term). RTT is both one-way delays of the cycle's two messages; losses and resends are not modelled."""
     _check_times(t_draft=t_draft, rtt=rtt, bytes_up=bytes_up, bytes_down=bytes_down, t_verify=t_verify, t_lsa=t_lsa)

@@ -2,8 +2,9 @@
 
 Two kinds of explorable, both plain ipywidgets + plotly (no extra front-end packages):
 
-* :func:`theory_explorer` — sliders for α, γ and c over Leviathan et al.'s speedup model
-  (:mod:`specviz.theory`), so a reader can feel why a draft must be both agreeing (α) and cheap (c).
+* :func:`theory_explorer` — sliders for a (the per-token acceptance probability), γ and c over Leviathan
+  et al.'s speedup model (:mod:`specviz.theory`), so a reader can feel why a draft must be both agreeing
+  (a) and cheap (c).
 * :func:`live_run_explorer` — method, γ, draft depth, budget, temperature → a real run of the engine,
   streamed into a coloured token stream with its statistics (and the speedup over ``ar``).
 * :func:`tree_theory_explorer` — depth, candidates per level, draft cost and node budget → what a
@@ -47,19 +48,26 @@ from .trees import tree_budget_figure, verify_cost_figure
 OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
     "gamma": (1, 16), "draft_layers": (1, None), "exit_layer": (1, None), "max_ngram": (1, 8), "min_ngram": (1, 8),
 }
+# α is the acceptance rate, accepted ÷ drafted (README glossary), as on the dashboard and in the CLI.
 STAT_FIELDS = (("new_tokens", "tokens", "{:d}"), ("tokens_per_s", "tokens/s", "{:.1f}"),
-               ("mean_accepted_length", "τ", "{:.2f}"), ("per_token_acceptance", "α", "{:.2f}"),
+               ("mean_accepted_length", "τ", "{:.2f}"), ("acceptance_rate", "α", "{:.2f}"),
                ("target_calls", "target calls", "{:d}"))
+
+
+def _stat(stats: dict, key: str, fmt: str) -> str:
+    """One run statistic formatted; α is '—' where nothing was drafted (ar)."""
+    return "—" if key == "acceptance_rate" and not stats.get("drafted") else fmt.format(stats[key])
 
 
 # --- theory ---------------------------------------------------------------------------------------
 def theory_figure(alpha: float, gamma: int, cost_ratio: float, max_gamma: int = 16,
                   measured: Sequence[dict] = ()) -> go.Figure:
-    """Leviathan's speedup vs γ at (α, c), the chosen γ and the best γ marked, measured points optional."""
+    """Leviathan's speedup vs γ at (a, c), the chosen γ and the best γ marked, measured points optional.
+    ``alpha`` is a, the per-token acceptance probability of the model (the paper's α)."""
     grid = list(range(1, max_gamma + 1))
     best = optimal_gamma(alpha, cost_ratio, max_gamma)
     fig = go.Figure(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
-                               name=f"theory (α = {alpha:.2f}, c = {cost_ratio:.2f})"))
+                               name=f"theory (a = {alpha:.2f}, c = {cost_ratio:.2f})"))
     fig.add_trace(go.Scatter(x=[gamma], y=[expected_speedup(alpha, gamma, cost_ratio)], mode="markers",
                              marker=dict(size=14, color="#c62828"), name=f"your γ = {gamma}"))
     if measured:
@@ -75,16 +83,18 @@ def theory_figure(alpha: float, gamma: int, cost_ratio: float, max_gamma: int = 
 def theory_readout(alpha: float, gamma: int, cost_ratio: float) -> str:
     """The two numbers behind the curve, as one line of HTML."""
     tokens = expected_tokens_per_round(alpha, gamma)
-    return (f"E[tokens per target call] = (1 − α<sup>γ+1</sup>)/(1 − α) = <b>{tokens:.2f}</b>; "
+    return (f"E[tokens per target call] = (1 − a<sup>γ+1</sup>)/(1 − a) = <b>{tokens:.2f}</b>; "
             f"cost per round = γ·c + 1 = <b>{gamma * cost_ratio + 1:.2f}</b> target steps; "
             f"speedup = <b>{expected_speedup(alpha, gamma, cost_ratio):.2f}×</b>")
 
 
 def theory_explorer(alpha: float = 0.8, gamma: int = 5, cost_ratio: float = 0.1, max_gamma: int = 16,
                     measured: Sequence[dict] = ()) -> W.VBox:
-    """Sliders α, γ, c → the speedup curve. Pass a sweep's ``points`` as ``measured`` to fit them by hand."""
+    """Sliders a (per-token acceptance probability), γ, c → the speedup curve. Pass a sweep's ``points`` as
+    ``measured`` to fit them by hand."""
     sliders = dict(
-        alpha=W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="α (acceptance)"),
+        alpha=W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="a (per token)",
+                            tooltip="a: the probability that each drafted token is accepted (per-token acceptance)"),
         gamma=W.IntSlider(value=gamma, min=1, max=max_gamma, description="γ (draft length)"),
         cost_ratio=W.FloatSlider(value=cost_ratio, min=0.0, max=1.0, step=0.01, description="c (draft cost)"),
     )
@@ -123,7 +133,7 @@ def run_card_html(title: str, events: Sequence[Event], speedup: float | None = N
     summary = "running…"
     if end is not None:
         s = end.stats
-        summary = " · ".join(f"{label} <b>{fmt.format(s[key])}</b>" for key, label, fmt in STAT_FIELDS)
+        summary = " · ".join(f"{label} <b>{_stat(s, key, fmt)}</b>" for key, label, fmt in STAT_FIELDS)
         if speedup is not None:
             summary += f" · speedup <b>{speedup:.2f}×</b>"
     return (f'<div style="flex:1;min-width:260px;border:1px solid #ddd;border-radius:6px;padding:8px">'
@@ -413,7 +423,7 @@ def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, fl
                    cards, status, plots])
 
 
-# --- SSD's fan-out (paper 005, methods.md §5.3) ------------------------------------------------------
+# --- SSD's fan-out (paper 002; docs/mirror-and-ssd.md) -----------------------------------------------
 def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
     """The two fan-outs and their predicted hit rates, as one line of HTML."""
     from engines.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
@@ -442,13 +452,15 @@ def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahea
 
 # --- PPSD (paper 003) -------------------------------------------------------------------------------
 def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int = 5, n_layers: int = 30) -> W.VBox:
-    """Sliders α, E and γ → PPSD's ρ* (Eq. 6), EESD's ρ (Eq. 4) and their ratio λ (Eq. 7), with both curves
-    against α (:func:`specviz.ppsd_views.formula_figure`): how a rejection's cost (a whole pipeline of
-    S = ⌈N/E⌉ ticks) sets PPSD's speedup, and why EESD's long drafts do not pay."""
+    """Sliders a (per-token acceptance probability, the paper's α), E and γ → PPSD's ρ* (Eq. 6), EESD's ρ
+    (Eq. 4) and their ratio λ (Eq. 7), with both curves against a (:func:`specviz.ppsd_views.formula_figure`):
+    how a rejection's cost (a whole pipeline of S = ⌈N/E⌉ ticks) sets PPSD's speedup, and why EESD's long
+    drafts do not pay."""
     from .ppsd_views import formula_figure, formula_readout
 
     sliders = dict(
-        alpha=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="α (acceptance)"),
+        alpha=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="a (per token)",
+                            tooltip="a: the probability that each drafted token is accepted (per-token acceptance)"),
         exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="E (exit layer)"),
         gamma=W.IntSlider(value=gamma, min=1, max=16, description="γ (EESD drafts)"),
     )
@@ -456,7 +468,7 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
                                                     [formula_figure(**values, n_layers=n_layers)]))
 
 
-# --- MoA's messages (paper 002, methods.md §4.2 Table 7) -------------------------------------------------
+# --- MoA's messages (paper 001, Table 7; docs/moa.md) ---------------------------------------------------
 def message_size_readout(accepted: int, nodes: int, tli: int, kv_width: int, hidden: int,
                          bytes_per_value: float = 1.0) -> str:
     """MoA's and EAGLE's bytes down per cycle and the TLI from which MoA's message is the bigger one, as HTML."""

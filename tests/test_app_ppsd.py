@@ -87,7 +87,7 @@ def test_serial_run_beside_ar_and_eesd():
 
     values = {m.label: m.value for m in at.metric}
     assert list(values) == list(ph.METRIC_HELP)
-    assert float(values["tok/s"]) > 0 and 0.0 <= float(values["α (acceptance)"]) <= 1.0
+    assert float(values["tok/s"]) > 0 and 0.0 <= float(values["α (acceptance rate)"]) <= 1.0
     assert 1.0 <= float(values["ticks / token"]) <= 3.0
     rho = values["ρ* (Eq. 6) vs measured speedup"]
     assert rho.endswith("×") and "—" not in rho, "with ar run beside it, the measured speedup is known"
@@ -156,7 +156,7 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
     assert not at.exception
     at.switch_page("pages/4_🚰_PPSD.py").run()
     assert not at.exception, [e.value for e in at.exception]

@@ -142,22 +142,23 @@ def test_virtual_runs_say_clock_virtual_everywhere(serial, virtual):
     assert point["clock"] == "virtual" and point["label"] == "E=2 [clock=virtual]"
     rows = pv.run_metrics_rows({"serial": serial, "virtual": virtual}, N_LAYERS, baseline=None)
     assert [(r["run"], r["clock"]) for r in rows] == [("serial", "wall"), ("virtual [clock=virtual]", "virtual")]
-    assert rows[1]["Eq. 6 tok/s (measured α, tick)"] > 0, "a virtual run is a pipeline in (virtual) time"
+    assert rows[1]["Eq. 6 tok/s (measured a, tick)"] > 0, "a virtual run is a pipeline in (virtual) time"
     assert "clock=virtual" not in pv.lane_gantt_figure({"ppsd": serial}).layout.title.text
 
 
 def test_metrics_rows_put_eq6_beside_the_measurement(engine, serial):
     ar = engine.run(PROMPT, "ar", max_new_tokens=24).events
     rows = {r["run"]: r for r in pv.run_metrics_rows({"ar": ar, "ppsd": serial}, N_LAYERS)}
-    assert rows["ar"]["α"] is None and rows["ar"]["speedup vs ar"] == pytest.approx(1.0)
+    assert rows["ar"]["per-position acceptance"] is None and rows["ar"]["speedup vs ar"] == pytest.approx(1.0)
     row = rows["ppsd"]
     end, base = serial[-1], ar[-1]
     assert row["speedup vs ar"] == pytest.approx(end.stats["tokens_per_s"] / base.stats["tokens_per_s"])
-    assert row["α"] == pytest.approx(end.stats["per_token_acceptance"])
-    assert row["Eq. 6 ρ* (measured α)"] == pytest.approx(ppsd_speedup(row["α"], EXIT, N_LAYERS))
+    assert row["per-position acceptance"] == pytest.approx(end.stats["per_token_acceptance"])
+    measured = row["per-position acceptance"]
+    assert row["Eq. 6 ρ* (measured a)"] == pytest.approx(ppsd_speedup(measured, EXIT, N_LAYERS))
     assert row["stages S"] == 2 and 1.0 <= row["ticks/token"] <= 3.0, "1 if every draft is accepted, about S if none is"
     assert row["tick ms"] > 0
-    assert row["Eq. 6 tok/s (measured α, tick)"] is None, "a serial run's stages never overlap: Eq. 6 does not apply"
+    assert row["Eq. 6 tok/s (measured a, tick)"] is None, "a serial run's stages never overlap: Eq. 6 does not apply"
     assert re.fullmatch(r"cpu0/stage1 \d+% · cpu0/stage2 \d+%", row["idle"])
     point = pv.measured_point(serial, ar, "ppsd")
     assert (point["method"], point["exit_layer"], point["head"], point["clock"]) == ("ppsd", EXIT, "none", "wall")
@@ -234,7 +235,7 @@ def test_speedup_vs_exit_marks_virtual_points():
     assert lines["norm head [clock=virtual]"].marker.symbol == "circle-open"
     assert lines["norm head (wall clock)"].marker.symbol == "circle"
     assert list(lines["layer head (wall clock)"].x) == [6, 15], "sorted by E, the point without a speedup left out"
-    eq6 = next(t for t in fig.data if t.name == "Eq. 6 at each point's α")
+    eq6 = next(t for t in fig.data if t.name == "Eq. 6 at each point's per-position acceptance")
     assert eq6.y[0] == pytest.approx(ppsd_speedup(0.5, 6, 30))
     assert "clock=virtual" in fig.layout.title.text
 

@@ -100,7 +100,7 @@ def test_tiny_trains_and_drafts(setup, monkeypatch):
     assert list(compared["runs"]) == ["ar", "tiny"] and events[0].method == "sps"
     alone = engine.run([1, 2, 3], "sps", max_new_tokens=20, draft="tiny", gamma=5).stats  # greedy: the same run
     assert row["τ"] == pytest.approx(alone.mean_accepted_length)
-    assert row["α, first guess"] == alone.acceptance_by_position[0] and row["same text as ar"]
+    assert row["first-guess acceptance"] == alone.acceptance_by_position[0] and row["same text as ar"]
     figure = tau_vs_acceptance_figure(compared["rows"], gamma=3)
     assert list(figure.data[1].y) == [row["τ"]] and figure.data[0].y[0] == 1.0
 

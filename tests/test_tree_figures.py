@@ -237,7 +237,7 @@ def test_tree_formulas():
 
 def test_shipped_eagle_agreement_and_theory_figures():
     coverage = heldout_topk_agreement("eagle")
-    assert [round(coverage[k], 2) for k in (1, 2, 4, 8)] == [0.41, 0.54, 0.65, 0.74], "the README's numbers"
+    assert [round(coverage[k], 2) for k in (1, 2, 4, 8)] == [0.41, 0.54, 0.65, 0.74], "docs/drafters.md's numbers"
     with pytest.raises(ValueError, match="no agreement"):
         heldout_topk_agreement("nope")
     probs = rank_probabilities(coverage, 4)

@@ -1,7 +1,7 @@
 """specviz dashboard page: PPSD (paper 003), the pipeline filling in live, one stage compute at a time.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds PPSD's settings (the shipped exit head and its
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds PPSD's settings (the shipped exit head and its
 layer E, the mode, the tokens) and the model; the page holds the prompt, the live worker × time Gantt, the
 metrics with Eq. 6 beside them, the text strip, and (optionally) ar and EESD γ = 5 on the same prompt.
 
@@ -54,7 +54,8 @@ st.markdown(
     "into S = ⌈N/E⌉ stages, one per worker. Stage 1 (layers 1..E and the exit head) drafts a token every "
     "tick, while earlier drafts flow through the later stages and the last stage checks each one as it "
     "arrives (*verify-while-draft*). An accepted draft costs one tick; a rejection flushes what is in flight "
-    "and costs a whole pipeline of S ticks: ρ* = N / (αE + (1 − α)·S·E) (Eq. 6). Below, each bar is one stage "
+    "and costs a whole pipeline of S ticks: ρ* = N / (aE + (1 − a)·S·E) (Eq. 6), with a the chance that the last "
+    "stage accepts a draft. Below, each bar is one stage "
     "computing one token, coloured by what became of the draft it carried.")
 swatches = " ".join(f'<span style="color:{FATE_COLOURS[f]}">■</span> {FATE_LABELS[f]}'
                     for f in ("prefill", "accepted", "rejected", "flushed", "unused", "draft", "verify"))
@@ -153,7 +154,8 @@ def show_table(record: dict) -> None:
     rows = run_metrics_rows(ph.gantt_runs(record["runs"]), record["n_layers"])
     st.dataframe(pd.DataFrame(rows).set_index("run"), key="ppsd:table")
     st.caption("Per run: what the pipeline did (ticks, stage and message times, idle share per lane) and Eq. 6 at the "
-               "measured α beside the measurement. Rows marked clock=virtual count replayed per-lane time.")
+               "measured per-position acceptance a (accepted ÷ drafts judged) beside the measurement. Rows marked "
+               "clock=virtual count replayed per-lane time.")
 
 
 def show_strip(record: dict) -> None:

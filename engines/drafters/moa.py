@@ -1,8 +1,8 @@
 """Mixture of Attentions (MoA, Zimmer et al. 2024): a drafter that reads the target's whole state.
 
 EAGLE's head sees one vector per token, the target's last hidden state. MoA's drafter sees the target's
-keys and values at *every* layer, through three attentions (paper §3, sizes scaled to SmolLM2 in
-``docs/methods.md`` §4.4):
+keys and values at *every* layer, through three attentions (the MoA paper, §3; sizes scaled to SmolLM2 in
+``docs/moa.md``, "The drafter"):
 
 - **LSA** (Layer Self-Attention), run once per verified token: the token's 30 per-layer (K, V) vectors,
   plus a learned layer-position embedding, go through one bidirectional transformer block over the
@@ -34,7 +34,7 @@ from ..kv_cache import KVCache
 from ..layers import LayerStack, decoder_pass
 from .heads import SharedHead, _norm_like
 
-LSA_HEADS, LSA_MLP, SA_MLP, CA_MLP = 4, 1152, 256, 1008  # docs/methods.md §4.4, the scaled recipe
+LSA_HEADS, LSA_MLP, SA_MLP, CA_MLP = 4, 1152, 256, 1008  # the scaled recipe: docs/moa.md, "The drafter"
 
 
 def moa_name(tli: int, lsa: bool = True) -> str:
@@ -233,7 +233,7 @@ def block_memory_mask(starts: torch.Tensor, device) -> torch.Tensor:
 def mixed_attention_layer(layer: nn.Module, hidden: torch.Tensor, teacher_k: torch.Tensor, teacher_v: torch.Tensor,
                           rotary: tuple) -> torch.Tensor:
     """One frozen target decoder layer in training, each position reading the *teacher's* keys/values for
-    the positions before it and its own (ĥ) at itself — the simplification of ``docs/methods.md`` §4.4
+    the positions before it and its own (ĥ) at itself — the simplification in ``docs/moa.md``, "Training"
     (exactly, earlier positions in the same block would be draft-local too)."""
     attn = layer.self_attn
     x = layer.input_layernorm(hidden)

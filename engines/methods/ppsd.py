@@ -1,9 +1,11 @@
-"""PPSD: pipeline-parallel early-exit speculative decoding (paper 003, methods.md §6).
+"""PPSD: pipeline-parallel early-exit speculative decoding (paper 003; docs/ppsd.md).
 
 The target's N layers are cut into S = ⌈N/E⌉ stages, one per lane. Stage 1 (layers 1..E and the exit
 head) drafts a token every tick while earlier drafts flow through the later stages, and the last stage
 verifies each one as it arrives: an accepted token costs one tick (≈ E/N of a forward), a rejected one a
-whole pipeline of S ticks, so the speedup is ρ* = N / (αE + (1 − α)·S·E) (Eq. 6).
+whole pipeline of S ticks, so the speedup is ρ* = N / (aE + (1 − a)·S·E) (Eq. 6), with a the per-token
+acceptance probability (the paper's α). Each judged draft is committed as its own round of one drafted
+token, so the run's α (accepted ÷ drafted) is also its per-position acceptance.
 
 ``mode``: ``lanes`` runs each stage in its own worker process on its own core (or CUDA device);
 ``serial`` runs the same schedule in this process, stage after stage (the reference the lanes must

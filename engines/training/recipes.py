@@ -112,7 +112,7 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
 
 MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced keys/values for every earlier "
                  "position and the drafter's own only at the current one; at drafting time the earlier drafted "
-                 "positions of a block are draft-local too (docs/methods.md §4.4)")
+                 "positions of a block are draft-local too (docs/moa.md, \"Training\")")
 
 
 

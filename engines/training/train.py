@@ -292,7 +292,8 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
 
 @torch.no_grad()
 def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers, keys_values: bool = False) -> dict:
-    """How often the draft's argmax equals the target's on held-out answers (teacher-forced α proxy)."""
+    """Held-out agreement: how often the draft's argmax equals the target's on held-out answers, teacher-forced
+    (not α, the acceptance rate measured by decoding)."""
     hits = {s.name: 0 for s in students}
     count = 0
     for s in students:
