@@ -1,6 +1,6 @@
 """specviz dashboard: pick a method, a prompt and parameters; watch the real engine decode live.
 
-Run with ``streamlit run app/dashboard.py``. Layout: the sidebar holds the method, its options (widgets
+Run with ``streamlit run app/Run.py``. Layout: the sidebar holds the method, its options (widgets
 generated from the method's ``Config`` dataclass), the sampling settings and the dtype; the page holds
 the prompt, the live token stream, the metrics, and the figures.
 
@@ -168,6 +168,7 @@ def run_method(prompt: str) -> None:
             note.empty()
         if "error" not in record:
             st.session_state["last_run"] = lv.page_run(batch, st.session_state.get("ar_cache", {}))
+            lv.remember(st.session_state, batch, [label])
     stop_slot.empty()
     st.session_state.pop("batch", None)
 
@@ -206,7 +207,7 @@ def show_sweep(run: dict) -> None:
         st.caption("Autoregressive decoding drafts nothing: pick sps, pld or eesd to sweep γ.")
         return
     st.caption("Runs this method at several γ on this prompt (greedy) and lays the measurement beside "
-               "Leviathan et al.'s model at the measured α and draft cost c.")
+               "Leviathan et al.'s model at the measured per-position acceptance a and draft cost c.")
     left, right = st.columns(2)
     max_gamma = left.slider("largest γ", 2, 10, 6, key="sweep_max_gamma")
     tokens = int(right.number_input("tokens per run", 4, 256, 24, step=4, key="sweep_tokens"))
@@ -232,7 +233,7 @@ def show_sweep(run: dict) -> None:
                        "α": round(p["alpha"], 2), "tok/s": round(p["tokens_per_s"], 1)} for p in sweep["points"]],
                      hide_index=True)
         st.caption(f"{sweep['tokens']} tokens per run · ar {sweep['ar_tokens_per_s']:.1f} tok/s · pooled "
-                   f"α = {sweep['alpha']:.2f} (per position reached) · c = {sweep['cost_ratio']:.2f}")
+                   f"per-position acceptance a = {sweep['alpha']:.2f} · c = {sweep['cost_ratio']:.2f}")
 
 
 def show_rounds(run: dict) -> None:
@@ -259,7 +260,8 @@ def show_rounds(run: dict) -> None:
     with right:
         view = next(v for v in views if v.round == chosen)
         if view.rejection:
-            st.plotly_chart(rounds.rejection_figure(view, one_token), key=f"rejection:{run['id']}")
+            st.plotly_chart(rounds.rejection_figure(view, one_token), key=f"rejection:{run['id']}",
+                            config={"displayModeBar": False})  # its title sits where the bar would
         elif run["method"] == "ar":
             st.caption("`ar` drafts nothing: every round is one target call and one token.")
         else:
@@ -294,7 +296,7 @@ else:
         if run["method"] != "ar" and run["ar"]:
             runs["ar"] = run["ar"]["events"]
         st.plotly_chart(accepted_length_histogram(runs))
-        if run["method"] != "ar":  # the diagnostic the benchmark's "α by draft position" table gives
+        if run["method"] != "ar":  # the diagnostic the benchmark's "acceptance by draft position" table gives
             st.plotly_chart(draft_depth_acceptance_figure({label: run["events"]}))
     with sweep_column:
         show_sweep(run)

@@ -1,6 +1,6 @@
 """Streamlit-free helpers for the dashboard: option widgets' specs, cache keys, metric formatting.
 
-Kept apart from ``dashboard.py`` so the page script reads top to bottom as a layout, and so these
+Kept apart from ``Run.py`` so the page script reads top to bottom as a layout, and so these
 pieces can be checked without a Streamlit runtime. Everything here reads the engine only through its
 public API (``METHODS``, the config dataclasses, ``Stats`` dicts and trace events).
 """

@@ -1,4 +1,4 @@
-"""Live runs the Stop button can end: the runs of one press of Generate (main page) or Compare, as records.
+"""Live runs the Stop button can end: the runs of one press of Generate (Run page) or Compare, as records.
 
 Streamlit-free, so the stopping itself is tested without a browser. How a stop happens: the page redraws the
 token stream at every commit; when the user presses Stop (or changes any widget) while a run is streaming,
@@ -122,3 +122,25 @@ def page_run(batch: Batch, ar_cache: dict) -> dict:
     batch.use_cached_baseline(ar_cache)
     return {**batch.done[0], "id": batch.id, "settings": dict(batch.settings), "dtype": batch.dtype,
             "prompt": batch.prompt, "ar": batch.ar, "ar_source": batch.ar_source}
+
+
+SESSION_RUNS = "session_runs"  # the session's finished runs with their ar baselines, for the Theory page
+KEPT_RUNS = 12
+
+
+def remember(session: dict, batch: Batch, labels: Sequence[str] | None = None) -> None:
+    """Keep a batch's finished runs (with its ``ar`` baseline) in the session, newest last, so the Theory page
+    can set each on the models; at most :data:`KEPT_RUNS`, the oldest dropped. Idempotent per batch.
+    ``labels``: the names the page showed, one per configuration (default: method and every option)."""
+    if batch.ar is None:
+        return
+    kept = session.setdefault(SESSION_RUNS, {})
+    for i, record in enumerate(batch.runs):
+        key = f"{batch.id}:{i}"
+        if "error" in record or record["stopped"] or key in kept:
+            continue
+        label = labels[i] if labels is not None else dh.method_label(record["method"], record["options"])
+        kept[key] = {"label": label, "events": record["events"],
+                     "ar_events": batch.ar["events"]}
+    for key in list(kept)[:-KEPT_RUNS]:
+        del kept[key]

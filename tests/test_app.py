@@ -32,8 +32,8 @@ PROMPT = "List three primary colours, then three secondary colours."
 
 
 def new_app() -> AppTest:
-    # AppTest resolves a relative path against the calling file, so hand it app/dashboard.py absolutely.
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300).run()
+    # AppTest resolves a relative path against the calling file, so hand it app/Run.py absolutely.
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -265,7 +265,7 @@ def test_url_round_trip():
     assert params == {"method": "sps", "gamma": "3", "draft": "tiny", "full_vocab": "true",
                       "prompt_id": str(examples[chosen].question_id), "max_new_tokens": "24"}
 
-    again = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300)
+    again = AppTest.from_file(str(APP / "Run.py"), default_timeout=300)
     again.query_params.update(params)
     again.run()
     assert not again.exception and not again.warning
@@ -283,7 +283,7 @@ def test_url_round_trip():
 
 
 def test_url_values_the_page_does_not_offer_are_ignored():
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300)
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300)
     at.query_params.update({"method": "sps", "draft": "/etc/passwd", "gamma": "999", "draft_layers": "2",
                             "temperature": "7", "prompt_id": "nope", "dtype": "float16", "bogus": "1"})
     at.run()

@@ -138,7 +138,7 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
     assert not at.exception
     at.switch_page("pages/2_🪜_CATS.py").run()
     assert not at.exception, [e.value for e in at.exception]

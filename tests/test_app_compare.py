@@ -80,6 +80,8 @@ def test_compare_two_configurations_against_ar():
         assert row["target calls"] == record["stats"]["target_calls"]
         assert row["output = ar"] == "yes", "greedy decoding in float32 writes exactly what ar writes"
     assert rows[-1]["speedup vs ar"] == 1.0
+    kept = list(at.session_state[lv.SESSION_RUNS].values())  # for the Theory page
+    assert [r["label"] for r in kept] == ["pld(gamma=4)", "sps(gamma=3, draft=tiny)"]
 
     blocks = streams(at)  # one token-stream column per configuration
     assert len(blocks) == 2
@@ -236,7 +238,7 @@ def test_spec_strings_round_trip():
 
 
 def test_the_main_app_lists_the_compare_and_results_pages():
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
     assert not at.exception
     for page, title in (("pages/0_⚖️_Compare.py", "⚖️ Compare"), ("pages/0_📊_Results.py", "📊 Recorded")):
         at.switch_page(page).run()

@@ -161,7 +161,7 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_pages():
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
     assert not at.exception
     for page, title in (("pages/5_🪞_Mirror_SD.py", "🪞 Mirror-SD"), ("pages/6_🔮_SSD.py", "🔮 SSD")):
         at.switch_page(page).run()

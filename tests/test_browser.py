@@ -3,9 +3,10 @@
 Install the browser with ``make browser-deps`` (apt: chromium, chromium-driver). Selenium is pointed at
 /usr/bin/chromedriver explicitly, so it never tries to download a driver (there is no internet here).
 The page is driven as a user would: lower "max new tokens", press Generate, wait for the metrics; start a
-long run and press Stop; open the Compare page from a link that sets it up and press Compare; open the
-Results page. One server and one browser serve all of it. Screenshots are left in tests/artifacts/
-(dashboard.png, dashboard-stopped.png, compare.png, results.png) for a human to look at.
+long run and press Stop; open the Compare page from a link that sets it up and press Compare, then the
+Theory page it leads to (the comparison's runs as points on the model); open every method's page and the
+Results page. One server and one browser serve all of it. A screenshot of each page is left in
+tests/artifacts/ for a human to look at; `make screenshots` copies them into docs/screenshots/ for the README.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`streamlit run app/dashboard.py` on a free port; always terminated afterwards."""
+    """`streamlit run app/Run.py` on a free port; always terminated afterwards."""
     port = free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    command = [sys.executable, "-m", "streamlit", "run", "app/dashboard.py", "--server.headless", "true",
+    command = [sys.executable, "-m", "streamlit", "run", "app/Run.py", "--server.headless", "true",
                "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none"]
     with open(log_path, "wb") as log:
@@ -213,6 +214,41 @@ def test_compare_page_from_a_link(server, browser):
     assert "c2=sps" in urllib.parse.unquote(browser.current_url), "the link still holds the configurations"
     no_exception(browser)
     screenshot(browser, "compare.png")
+
+
+def test_theory_page_sets_this_sessions_runs_on_the_model(server, browser):
+    """Opened from the sidebar (the same session), after the comparison: its pld and sps runs are points."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.find_element(By.CSS_SELECTOR, 'a[data-testid="stSidebarNavLink"][href$="/Theory"]').click()
+    WebDriverWait(browser, 300).until(
+        lambda d: idle(d) and "Theory" in d.find_element(By.TAG_NAME, "h1").text
+        and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')) == 4)
+    table = browser.find_element(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+    assert table.is_displayed(), "one row per chain run of the comparison"
+    no_exception(browser)
+    heading = browser.find_element(By.XPATH, "//h2[contains(., 'A chain of')]")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", heading)
+    screenshot(browser, "theory.png")
+
+
+def idle(driver) -> bool:
+    """The page's script has finished its run."""
+    from selenium.webdriver.common.by import By
+
+    return bool(driver.find_elements(By.CSS_SELECTOR, '[data-test-script-state="notRunning"]'))
+
+
+@pytest.mark.parametrize("page", ["Draft_trees", "CATS", "PPSD", "Mirror_SD", "SSD", "MoA"])
+def test_every_method_page_opens(server, browser, page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/{page}")
+    WebDriverWait(browser, 180).until(lambda d: idle(d) and d.find_elements(By.TAG_NAME, "h1"))
+    no_exception(browser)
+    screenshot(browser, f"{page.lower().replace('_', '-')}.png")
 
 
 def test_results_page(server, browser):

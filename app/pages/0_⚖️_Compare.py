@@ -1,7 +1,7 @@
 """specviz dashboard page: two to four configurations on one prompt, one after another, side by side.
 
 The sidebar holds the configurations (each a method and its options, the widgets generated from the method's
-``Config`` exactly as on the main page, so every method in the registry is offered), the generation settings
+``Config`` exactly as on the Run page, so every method in the registry is offered), the generation settings
 and the dtype; the page holds the prompt, one token-stream column per configuration, the table and the
 overlaid figures.
 
@@ -156,6 +156,7 @@ else:
     if batch.stopped:
         st.warning("⏹ Stopped: the numbers are for what each configuration produced before the Stop.")
         batch.use_cached_baseline(st.session_state.get("ar_cache", {}))
+    lv.remember(st.session_state, batch, names)
     st.dataframe(ch.table_rows(batch), hide_index=True,
                  column_config={name: st.column_config.Column(help=text) for name, text in ch.COLUMN_HELP.items()})
     ar_note = (f"ar {batch.ar['stats']['tokens_per_s']:.1f} tok/s ({batch.ar_source})" if batch.ar

@@ -1,14 +1,14 @@
 """specviz dashboard page: EAGLE-2 draft trees, live, one round at a time.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds the tree's shape (drafter, depth, top-k, total
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds the tree's shape (drafter, depth, top-k, total
 tokens), the sampling settings and the dtype; the page holds the prompt, the live token stream, the
 metrics, one round's tree beside its attention mask, and the τ-vs-tree-size sweep.
 
 Decisions:
-- The engine and its lock come from ``engine_cache``, shared with the main page: one engine per dtype,
+- The engine and its lock come from ``engine_cache``, shared with the Run page: one engine per dtype,
   and runs from either page never time each other's work.
-- Speedup is measured as on the main page: an ``ar`` run of the same prompt and settings right after the
+- Speedup is measured as on the Run page: an ``ar`` run of the same prompt and settings right after the
   tree run, cached in the session under the same key (``ar_cache``), so a baseline measured on either
   page is reused by the other.
 - The round slider starts at a round worth looking at (an accepted path of two or more nodes).
@@ -101,7 +101,7 @@ stream_area = st.empty()
 
 # --- running ------------------------------------------------------------------------------------
 def run_tree(prompt: str) -> dict:
-    """Stream ``eagle`` into ``stream_area``, then get the ``ar`` baseline as the main page does."""
+    """Stream ``eagle`` into ``stream_area``, then get the ``ar`` baseline as the Run page does."""
     label = dh.method_label("eagle", options)
     lock = engine_lock(dtype)
     with lock:

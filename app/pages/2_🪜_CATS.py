@@ -1,7 +1,7 @@
 """specviz dashboard page: CATS (paper 004) under a memory budget, live, one cycle at a time.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds CATS's settings (the shipped draft and
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds CATS's settings (the shipped draft and
 shallow-verifier adapters, γ̄, the acceptance rule), the memory budget (resident layers, flash bandwidth,
 stream mode), the generation settings and the dtype; the page holds the prompt, the live token stream, the
 metrics, one cycle's tree, mask and io/compute Gantt, and the shallow verifier's confusion matrix.

@@ -18,8 +18,11 @@ for path in (APP, APP.parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+import live as lv  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
+from engines.trace import RunStart  # noqa: E402
 from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
+from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
 from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
 from specviz.trees import tree_budget_figure  # noqa: E402
 
@@ -45,11 +48,31 @@ st.caption(f"{engine.name} · {engine.dtype} · {curve.threads} threads · {curv
 
 st.header("A chain of γ drafts (Leviathan et al.)")
 left, right = st.columns(2)
-alpha = left.slider("α: chance each draft token is accepted", 0.0, 0.95, 0.6, 0.05, key="theory:alpha")
+alpha = left.slider("a: chance each draft token is accepted (per-token acceptance)", 0.0, 0.95, 0.6, 0.05,
+                    key="theory:alpha")
 cost = right.slider("c: one draft step ÷ one target step", 0.0, 0.5, 0.1, 0.01, key="theory:c")
-st.latex(r"\tau = \frac{1-\alpha^{\gamma+1}}{1-\alpha},\qquad "
+st.latex(r"\tau = \frac{1-a^{\gamma+1}}{1-a},\qquad "
          r"\text{speedup} = \frac{\tau\cdot \mathrm{cost}(1)}{\gamma c\,\mathrm{cost}(1) + \mathrm{cost}(\gamma+1)}")
 st.plotly_chart(chain_theory_on_curve_figure(alpha, cost, curve))
+
+st.subheader("This session's runs on the model")
+session_runs = list(st.session_state.get(lv.SESSION_RUNS, {}).values())
+same_dtype = [r for r in session_runs if isinstance(r["events"][0], RunStart) and r["events"][0].dtype == engine.dtype]
+points = [p for p in (chain_run_point(r["events"], r["ar_events"], curve, r["label"]) for r in same_dtype) if p]
+if points:
+    st.markdown("Each chain run of this session (Run and Compare pages) measured its own a (accepted ÷ positions "
+                "the target judged), c (draft time per drafted token ÷ `ar`'s time per token) and γ (tokens drafted per round, on average); "
+                "the model predicts its speedup from those on the curve above. On the diagonal the model is right; "
+                "away from it the run gained or lost time the model does not count: bookkeeping and sampling, "
+                "drafts of uneven length (`pld` drafts only as far as its match goes), a short run's noise.")
+    st.plotly_chart(predicted_vs_measured_figure(points))
+    st.dataframe([{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()} for p in points],
+                 hide_index=True)
+else:
+    skipped = len(session_runs) - len(same_dtype)
+    st.info("No chain run yet in this session" + (f" in {engine.dtype} ({skipped} in another dtype)" if skipped else "")
+            + ": generate with `sps`, `pld` or `eesd` on the Run or Compare page, and each run appears here as a "
+            "point, its measured speedup against the one the model predicts from its measured a, c and γ.")
 
 st.header("A draft tree (EAGLE-2)")
 st.markdown("At every position the target's token is the drafter's r-th choice with probability c_r (measured "

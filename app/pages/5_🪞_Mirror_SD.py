@@ -1,7 +1,7 @@
 """specviz dashboard page: Mirror-SD (paper 000), the target's early exit launching the draft, live.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds Mirror's options (γ, κ, the exit layer and head, the
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds Mirror's options (γ, κ, the exit layer and head, the
 draft, the acceptance rule, the mode), the generation settings and the model; the page holds the latency
 law's explorer, the prompt, the live two-lane Gantt and hypothesis grid, the metrics with the law beside
 them, and (optionally) synchronous SD with the same draft for the speedup.

@@ -1,7 +1,7 @@
 """specviz dashboard page: SSD with SAGUARO sampling (paper 002), the speculation cache filling live.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds SSD's options (the lookahead K, the fan-out and its
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds SSD's options (the lookahead K, the fan-out and its
 width f or budget B, SAGUARO's C, the backup, the mode), the generation settings and the model; the page
 holds the formula explorers (round time, fan-out), the prompt, the live two-lane Gantt and cache table, the
 metrics with the law beside them, the accepted-length histogram and the miss curve, and (optionally)

@@ -1,7 +1,7 @@
 """specviz dashboard page: Mixture of Attentions (MoA), a drafter that reads every layer, over a simulated link.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``dashboard.py``
-(``streamlit run app/dashboard.py``). The sidebar holds the drafter (MoA at TLI 0/1/3, the −LSA ablation, EAGLE,
+Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
+(``streamlit run app/Run.py``). The sidebar holds the drafter (MoA at TLI 0/1/3, the −LSA ablation, EAGLE,
 EAGLE trained on MoA's budget, the tiny independent draft), the link (none, local, base, 5G, 4G), its packet loss
 and the disconnection budget B, the generation settings and the model; the page holds the Table 7 explorer, the
 prompt, the live client · link · server Gantt, the text, the metrics, the draft split and the message sizes
