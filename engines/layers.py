@@ -8,7 +8,10 @@ directly, with its own :class:`~engines.kv_cache.KVCache` and explicit positions
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+from torch import nn
 
 from .exact_numerics import default_row_invariant, use_row_invariant_attention
 from .fused_layer import FusedLlamaLayer, Projection
@@ -44,6 +47,19 @@ def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -
     return mask[None, None]
 
 
+_CACHE_KEYWORDS: dict[type, str] = {}
+
+
+def cache_keyword(module: nn.Module) -> str:
+    """The name a Hugging Face layer or attention takes its KV cache by: ``cache`` from transformers 5.2x on,
+    ``past_key_values`` before (the old name still works there, with a FutureWarning on every call)."""
+    kind = type(module)
+    if kind not in _CACHE_KEYWORDS:
+        parameters = inspect.signature(module.forward).parameters
+        _CACHE_KEYWORDS[kind] = "cache" if "cache" in parameters else "past_key_values"
+    return _CACHE_KEYWORDS[kind]
+
+
 def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: tuple, mask: torch.Tensor | None = None,
                  cache=None) -> torch.Tensor:
     """Hugging Face decoder layers in sequence, called the one way every part of the engine calls them.
@@ -56,8 +72,8 @@ def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: 
         if fused is not None and not torch.is_grad_enabled() and not (layer._forward_hooks or layer._forward_pre_hooks):
             hidden = fused(hidden, positions, rotary, mask, cache)  # same math, fewer and faster products
             continue
-        hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       position_embeddings=rotary)
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
+                       **{cache_keyword(layer): cache})
         if isinstance(hidden, tuple):  # transformers < 5 returns (hidden, ...)
             hidden = hidden[0]
     return hidden

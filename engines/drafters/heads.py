@@ -22,7 +22,7 @@ from torch import nn
 
 from ..kernels import KernelPlan
 from ..kv_cache import KVCache
-from ..layers import LayerStack, decoder_pass
+from ..layers import LayerStack, cache_keyword, decoder_pass
 
 
 class SharedHead(nn.Module):
@@ -161,7 +161,8 @@ class AttentionBlock(nn.Module):
     def forward(self, hidden: torch.Tensor, attention_mask=None, position_ids=None, past_key_values=None,
                 position_embeddings=None) -> torch.Tensor:
         attended, _ = self.self_attn(self.input_layernorm(hidden), position_embeddings=position_embeddings,
-                                     attention_mask=attention_mask, past_key_values=past_key_values)
+                                     attention_mask=attention_mask,
+                                     **{cache_keyword(self.self_attn): past_key_values})
         return hidden + attended
 
 
