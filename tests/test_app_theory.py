@@ -13,12 +13,15 @@ import live as lv  # noqa: E402
 def test_theory_page_draws_the_curve_and_both_models():
     at = AppTest.from_file(str(PAGE), default_timeout=600).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 4
     assert any("No chain run yet" in i.value for i in at.info)
     assert any("16 tokens" in c.value for c in at.caption)
     at.slider(key="theory:alpha").set_value(0.8).run()
     at.slider(key="theory:topk").set_value(2).run()
     assert not at.exception, [e.value for e in at.exception]
+    at.slider(key="theory:exit_layer").set_value(15).run()  # two stages: Eq. 6 at S = 2
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("⌈30/15⌉ = <b>2</b> stages" in md.value for md in at.markdown)
 
 
 def test_this_sessions_chain_runs_appear_on_the_model():
@@ -46,7 +49,7 @@ def test_this_sessions_chain_runs_appear_on_the_model():
     at.session_state[lv.SESSION_RUNS] = session[lv.SESSION_RUNS]
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert len(at.get("plotly_chart")) == 4
+    assert len(at.get("plotly_chart")) == 5
     rows = at.dataframe[0].value.to_dict("records")
     assert [r["run"] for r in rows] == ["pld(gamma=4)"], "ar drafts no chain"
     assert 1 <= rows[0]["γ"] <= 4 and 0 <= rows[0]["a"] <= 1 and rows[0]["measured"] > 0 and rows[0]["predicted"] > 0

@@ -22,6 +22,7 @@ import live as lv  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
 from engines.trace import RunStart  # noqa: E402
 from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
+from specviz.ppsd_views import formula_figure, formula_readout  # noqa: E402
 from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
 from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
 from specviz.trees import tree_budget_figure  # noqa: E402
@@ -84,3 +85,31 @@ topk = middle.slider("k: candidates per node", 1, 8, 4, key="theory:topk")
 tree_cost = right.slider("c: one draft level ÷ one target step", 0.0, 0.5, 0.1, 0.01, key="theory:tree_c")
 probs = rank_probabilities(heldout_topk_agreement("eagle"), topk)
 st.plotly_chart(tree_budget_figure(probs, depth, tree_cost, curve))
+
+st.header("Early exit: drafting with the target's own first layers (EESD, PPSD)")
+st.markdown("A self-draft runs the target's first E of N layers (and an exit head); EESD drafts γ tokens, then "
+            "verifies them with all N layers. PPSD (paper 003) pipelines the layers instead, one stage of E layers "
+            "per core, so an accepted token costs one tick and a rejected one a whole pipeline of S = ⌈N/E⌉ ticks. "
+            "Costs are in layers, so the models hold on any machine where layers cost alike.")
+left, middle, right = st.columns(3)
+exit_alpha = left.slider("a: chance each draft token is accepted", 0.0, 1.0, 0.6, 0.05, key="theory:exit_alpha")
+exit_layer = middle.slider("E: exit layer", 1, engine.target.n_layers - 1, 8, key="theory:exit_layer")
+exit_gamma = right.slider("γ: EESD draft length", 1, 10, 5, key="theory:exit_gamma")
+st.latex(r"\rho_{\mathrm{EESD}} = \frac{(1-a^{\gamma+1})\,N}{(1-a)(\gamma E + N)}\ \text{(Eq. 4)},\qquad "
+         r"\rho^{*}_{\mathrm{PPSD}} = \frac{N}{aE + (1-a)\lceil N/E\rceil E}\ \text{(Eq. 6)}")
+st.markdown(formula_readout(exit_alpha, exit_layer, exit_gamma, engine.target.n_layers), unsafe_allow_html=True)
+st.plotly_chart(formula_figure(exit_alpha, exit_layer, exit_gamma, engine.target.n_layers))
+
+st.header("The other papers' models, beside their measurements")
+st.markdown("These models need times only a run measures (a drafting pass, a link, a stream of weights), so "
+            "each lives on its method's page with sliders, next to the live run it explains:")
+PAPER_MODELS = [  # (the page's URL path, the paper, its model)
+    ("CATS", "CATS (paper 004)", "speedup = τ·T_AR ÷ T_cycle, with T_cycle = γ·t_draft + t_shallow verify + "
+     "t_reforward + max(deep weight bytes ÷ bandwidth, deep compute)"),
+    ("Mirror_SD", "Mirror-SD (paper 000)", "T_step = T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen); it beats SD iff "
+     "T_rv < min(T^{l_e+1:N}, T_gen)"),
+    ("SSD", "SSD (paper 002)", "speedup over SD = (T_d(K) + T_v) ÷ (T_v + (1 − P(hit))·T_backup)"),
+    ("MoA", "MoA client–server (paper 001)", "T_cycle = T_draft + RTT + 8·(bytes up + bytes down) ÷ bandwidth + "
+     "T_verify + T_LSA"),
+]
+st.markdown("\n".join(f"- **[{paper}]({path})**: {formula}" for path, paper, formula in PAPER_MODELS))
