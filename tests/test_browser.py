@@ -269,9 +269,9 @@ def test_results_page(server, browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(f"{server}/Results")
-    WebDriverWait(browser, 60).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
-        and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')) == 2)
+    WebDriverWait(browser, 60).until(  # the page writes its setup into the URL as its script's last act
+        lambda d: idle(d) and d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+        and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')) == 2 and "run=" in d.current_url)
     assert "run=bf16" in urllib.parse.unquote(browser.current_url)
     no_exception(browser)
     screenshot(browser, "results.png")

@@ -62,8 +62,9 @@ same_dtype = [r for r in session_runs if isinstance(r["events"][0], RunStart) an
 points = [p for p in (chain_run_point(r["events"], r["ar_events"], curve, r["label"]) for r in same_dtype) if p]
 if points:
     st.markdown("Each chain run of this session (Run and Compare pages) measured its own a (accepted ÷ positions "
-                "the target judged), c (draft time per drafted token ÷ `ar`'s time per token) and γ (tokens drafted per round, on average); "
-                "the model predicts its speedup from those on the curve above. On the diagonal the model is right; "
+                "the target judged), c (draft time per drafted token ÷ `ar`'s time per token) and γ (tokens "
+                "drafted per round, on average); the model predicts its speedup from those on the curve above. "
+                "On the diagonal the model is right; "
                 "away from it the run gained or lost time the model does not count: bookkeeping and sampling, "
                 "drafts of uneven length (`pld` drafts only as far as its match goes), a short run's noise.")
     st.plotly_chart(predicted_vs_measured_figure(points))
