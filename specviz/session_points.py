@@ -1,6 +1,7 @@
 """A finished chain run as a point on Leviathan et al.'s model: measure a (per-position acceptance), c
-(draft cost) and γ from its trace, predict the speedup on this machine's verify-cost curve, and set the
-prediction beside the speedup the run measured against its own ``ar`` baseline.
+(draft cost) and γ (tokens drafted per round, on average) from its trace, predict the speedup on this
+machine's verify-cost curve, and set the prediction beside the speedup the run measured against its own
+``ar`` baseline.
 
 The Theory page draws the session's runs this way, so the model is checked on what was just decoded.
 """
@@ -28,9 +29,9 @@ def chain_run_point(events: Sequence[Event], ar_events: Sequence[Event], curve, 
     stats, ar = Stats.from_dict(end.stats), Stats.from_dict(ar_end.stats)
     if not stats.drafted or not stats.rounds or not ar.new_tokens or not ar.tokens_per_s:
         return None
-    gamma = start.config["gamma"]
-    if not isinstance(gamma, int):  # gamma=auto: the draft length it settled on, on average
-        gamma = max(1, round(stats.drafted / stats.rounds))
+    # the draft length the run actually used, on average: gamma=auto settles on one, and pld drafts only as
+    # far as its match goes, so the configured γ would overstate both τ and the verification's width
+    gamma = max(1, round(stats.drafted / stats.rounds))
     ar_step = ar.decode_seconds / ar.new_tokens
     a = stats.per_token_acceptance
     c = (draft_seconds(events) / stats.drafted) / ar_step
