@@ -5,8 +5,8 @@ Install the browser with ``make browser-deps`` (apt: chromium, chromium-driver).
 The page is driven as a user would: lower "max new tokens", press Generate, wait for the metrics; start a
 long run and press Stop; open the Compare page from a link that sets it up and press Compare, then the
 Theory page it leads to (the comparison's runs as points on the model); on every method's page press its
-run button; open the Results page. One server and one browser serve all of it. A screenshot of each page is left in
-tests/artifacts/ for a human to look at; `make screenshots` copies them into docs/screenshots/ for the README.
+run button; open the Results page. One server and one browser serve all of it. A screenshot of each page
+is left in tests/artifacts/ for a human to look at; `make screenshots` copies them into docs/screenshots/.
 """
 
 from __future__ import annotations
@@ -218,11 +218,12 @@ def test_compare_page_from_a_link(server, browser):
 
 def test_theory_page_sets_this_sessions_runs_on_the_model(server, browser):
     """Opened from the sidebar (the same session), after the comparison: its pld and sps runs are points."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.find_element(By.CSS_SELECTOR, 'a[data-testid="stSidebarNavLink"][href$="/Theory"]').click()
-    WebDriverWait(browser, 300).until(
+    WebDriverWait(browser, 300, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: idle(d) and "Theory" in d.find_element(By.TAG_NAME, "h1").text
         and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')) == 5)
     table = browser.find_element(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
@@ -243,6 +244,7 @@ def idle(driver) -> bool:
 @pytest.mark.parametrize("page", ["Draft_trees", "CATS", "PPSD", "Mirror_SD", "SSD", "MoA"])
 def test_every_method_page_runs(server, browser, page):
     """Each method's page as a visitor first uses it: fewer tokens, press its run button, wait for the figures."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
@@ -252,8 +254,9 @@ def test_every_method_page_runs(server, browser, page):
     for box in browser.find_elements(By.CSS_SELECTOR, 'input[aria-label="max new tokens"]'):
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(str(MAX_NEW_TOKENS), Keys.ENTER)
-        WebDriverWait(browser, 60).until(lambda d: idle(d) and d.find_element(
-            By.CSS_SELECTOR, 'input[aria-label="max new tokens"]').get_attribute("value") == str(MAX_NEW_TOKENS))
+        WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: idle(d) and d.find_element(By.CSS_SELECTOR, 'input[aria-label="max new tokens"]')
+            .get_attribute("value") == str(MAX_NEW_TOKENS))
     time.sleep(1.0)
     charts_before = len(browser.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]'))
     browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] button[data-testid="stBaseButton-primary"]').click()
