@@ -6,10 +6,13 @@ shows the committed copies this script makes (`make screenshots` runs the browse
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
 from PIL import Image
+
+from store_notebook_outputs import optimize_png  # the same 256-colour palette as the notebooks' figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE, TARGET = ROOT / "tests" / "artifacts", ROOT / "docs" / "screenshots"
@@ -26,8 +29,10 @@ def main() -> int:
         image = Image.open(shot).convert("RGB")
         if image.width > WIDTH:
             image = image.resize((WIDTH, round(image.height * WIDTH / image.width)), Image.LANCZOS)
+        png = io.BytesIO()
+        image.save(png, format="png")
         out = TARGET / shot.name
-        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+        out.write_bytes(optimize_png(png.getvalue()))
         print(f"{out.relative_to(ROOT)}: {out.stat().st_size / 1024:.0f} kB")
     return 0
 

@@ -238,35 +238,21 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, label: str = "") -> None:
     """Run every cell of ``nb`` in a fresh ``python3`` kernel started in ``cwd``, one progress line per cell."""
     from nbclient import NotebookClient
 
+    from tqdm import tqdm  # a dependency of transformers, so always here
+
     kernel_environment()
-    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
-    try:
-        from tqdm import tqdm
-        bar = tqdm(total=len(code), desc=label, unit="cell", leave=False, file=sys.stderr)
-        step = lambda index, seconds: bar.update(1)  # noqa: E731
-        close = bar.close
-    except ImportError:
-        def step(index: int, seconds: float) -> None:
-            print(f"  {label} cell {code.index(index) + 1}/{len(code)} ({seconds:.1f} s)", flush=True)
-        close = lambda: None  # noqa: E731
-    started: dict[int, float] = {}
-
-    def on_start(cell, cell_index, **_):
-        started[cell_index] = time.perf_counter()
-
-    def on_complete(cell, cell_index, **_):
-        if cell_index in started:
-            step(cell_index, time.perf_counter() - started[cell_index])
+    cells = sum(cell.cell_type == "code" for cell in nb.cells)
+    bar = tqdm(total=cells, desc=label, unit="cell", leave=False, file=sys.stderr)
 
     # store_widget_state stays on (nbclient's Output-widget handling needs it: off, it raises KeyError);
     # shrink_notebook drops the state afterwards. record_timing off: no timestamps churning cell metadata.
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd)}}, coalesce_streams=True,
-                            record_timing=False, on_cell_start=on_start, on_cell_complete=on_complete)
+                            record_timing=False, on_cell_complete=lambda **_: bar.update(1))
     try:
         client.execute()
     finally:
-        close()
+        bar.close()
 
 
 def store(path: Path, render: Render) -> dict:

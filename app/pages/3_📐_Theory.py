@@ -20,7 +20,6 @@ for path in (APP, APP.parent):
 
 import live as lv  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
-from engines.trace import RunStart  # noqa: E402
 from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
 from specviz.ppsd_views import formula_figure, formula_readout  # noqa: E402
 from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
@@ -58,7 +57,7 @@ st.plotly_chart(chain_theory_on_curve_figure(alpha, cost, curve))
 
 st.subheader("This session's runs on the model")
 session_runs = list(st.session_state.get(lv.SESSION_RUNS, {}).values())
-same_dtype = [r for r in session_runs if isinstance(r["events"][0], RunStart) and r["events"][0].dtype == engine.dtype]
+same_dtype = [r for r in session_runs if r["events"][0].dtype == engine.dtype]  # finished runs open with RunStart
 points = [p for p in (chain_run_point(r["events"], r["ar_events"], curve, r["label"]) for r in same_dtype) if p]
 if points:
     st.markdown("Each chain run of this session (Run and Compare pages) measured its own a (accepted ÷ positions "
