@@ -22,6 +22,8 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
 
+from . import small_m_kernel
+
 
 def packing_available(device: torch.device) -> bool:
     return (device.type == "cpu" and torch.backends.mkldnn.is_available()
@@ -29,18 +31,25 @@ def packing_available(device: torch.device) -> bool:
 
 
 class Projection:
-    """``x @ Wᵀ`` through oneDNN with ``W`` packed once (on the CPU), else ``F.linear``."""
+    """``x @ Wᵀ``: a few fp32 rows through :mod:`engines.small_m_kernel` where it runs, else oneDNN with ``W``
+    packed once (on the CPU), else ``F.linear``."""
 
     def __init__(self, weight: torch.Tensor, row_invariant: bool):
         self.weight = weight.detach().contiguous()
         self.out_features = weight.shape[0]
         self.row_invariant = row_invariant
+        self.small_m = small_m_kernel.applies(self.weight)
         self.packed = None
         if packing_available(weight.device) and weight.dtype in (torch.bfloat16, torch.float32):
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 2)
+            try:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 2)
+            except RuntimeError:  # oneDNN packs bf16 only on CPUs with AVX-512 or AVX-NE-CONVERT: F.linear then
+                self.packed = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
+        if self.small_m and rows <= small_m_kernel.MAX_ROWS:  # row-invariant by construction: no padding
+            return small_m_kernel.product(x, self.weight)
         if rows == 1 and self.row_invariant:  # a one-row product rounds unlike a many-row one
             pair = x.reshape(1, -1).expand(2, -1).contiguous()
             return self._product(pair)[:1].reshape(*x.shape[:-1], self.out_features)

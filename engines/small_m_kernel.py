@@ -1,0 +1,167 @@
+"""An fp32 matrix product for a few rows (decoding and verification), compiled on this machine at first use.
+
+Why it exists: decoding reads every weight once per step, so a step can run no faster than the weights
+stream from memory, and on CPUs without native bf16 the default model runs in fp32 (538 MB a token).
+Measured on a 2-core AMD EPYC (Zen 3, AVX2, no AVX-512) through all of the model's 121 products in turn,
+one row: oneDNN with packed weights streams them at ~10 GB/s and ``F.linear`` (MKL) at ~6.5, while a plain
+sum over the same tensors reads ~17–20 GB/s. A product of a few rows is a stream of dot products, so this
+kernel is written as one: each thread walks whole weight rows front to back (one stream, four AVX2
+accumulators) and multiplies each weight row, while it sits in L1, by every input row (three at a time).
+One row: 34 ms a step against oneDNN's 52 (`docs/verify-cost.md` has the curve).
+
+A second gain comes free: every output element is summed in one fixed order — four accumulators over
+``k mod 32``, added pairwise, then across lanes — whatever the number of rows, so a row's bits never depend
+on how many rows share the call. A chunk of n tokens verified in one forward gets the products n one-token
+steps would get (the row invariance that :mod:`engines.exact_numerics` buys in bf16 by other means).
+
+Built with the system's C compiler (``cc -O3 -mavx2 -mfma -fopenmp``, about a second) into the specviz
+cache and loaded with ctypes; the OpenMP runtime is the one PyTorch already loaded, and each call passes
+PyTorch's thread count. Where anything is missing (not x86-64 Linux, no AVX2/FMA, no compiler) or
+``SPECVIZ_SMALL_M_KERNEL=0``, :func:`kernel` returns ``None`` and callers keep their oneDNN/BLAS path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from .model import cache_dir
+
+MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
+K_MULTIPLE = 32  # the accumulators cover 32 floats of a row per step
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+
+/* Sum of four accumulators, pairwise, then across the eight lanes: the one order every output uses. */
+static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 h = _mm_movehdup_ps(s);
+    s = _mm_add_ps(s, h);
+    h = _mm_movehl_ps(h, s);
+    return _mm_cvtss_f32(_mm_add_ss(s, h));
+}
+
+#define ZERO4(a) __m256 a##0 = _mm256_setzero_ps(), a##1 = a##0, a##2 = a##0, a##3 = a##0;
+#define LOAD_W __m256 r0 = _mm256_loadu_ps(wn + k), r1 = _mm256_loadu_ps(wn + k + 8), \
+                      r2 = _mm256_loadu_ps(wn + k + 16), r3 = _mm256_loadu_ps(wn + k + 24);
+#define FMA4(a, xr) \
+    a##0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(xr + k), a##0);      \
+    a##1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(xr + k + 8), a##1);  \
+    a##2 = _mm256_fmadd_ps(r2, _mm256_loadu_ps(xr + k + 16), a##2); \
+    a##3 = _mm256_fmadd_ps(r3, _mm256_loadu_ps(xr + k + 24), a##3);
+
+/* y[m, n] = sum_k x[m, k] * w[n, k] for w [N, K], x [M, K], y [M, N], all contiguous; K % 32 == 0. */
+void specviz_small_m_product(const float *w, const float *x, float *y, int64_t M, int64_t N, int64_t K,
+                             int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < N; n++) {
+        const float *wn = w + n * K;
+        int64_t m = 0;
+        for (; m + 3 <= M; m += 3) {
+            const float *x0 = x + m * K, *x1 = x0 + K, *x2 = x1 + K;
+            ZERO4(a) ZERO4(b) ZERO4(c)
+            for (int64_t k = 0; k < K; k += 32) { LOAD_W FMA4(a, x0) FMA4(b, x1) FMA4(c, x2) }
+            y[m * N + n] = reduce4(a0, a1, a2, a3);
+            y[(m + 1) * N + n] = reduce4(b0, b1, b2, b3);
+            y[(m + 2) * N + n] = reduce4(c0, c1, c2, c3);
+        }
+        for (; m < M; m++) {
+            const float *x0 = x + m * K;
+            ZERO4(a)
+            for (int64_t k = 0; k < K; k += 32) { LOAD_W FMA4(a, x0) }
+            y[m * N + n] = reduce4(a0, a1, a2, a3);
+        }
+    }
+}
+"""
+FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}
+
+
+def supported_here() -> bool:
+    """x86-64 Linux with AVX2 and FMA, a C compiler, and not switched off."""
+    if os.environ.get("SPECVIZ_SMALL_M_KERNEL", "1") == "0":
+        return False
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return False
+    return {"avx2", "fma"} <= flags and _compiler() is not None
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def library_path() -> Path:
+    digest = hashlib.sha1((SOURCE + " ".join(FLAGS) + platform.machine()).encode()).hexdigest()[:12]
+    return cache_dir() / "kernels" / f"small_m_product-{digest}.so"
+
+
+def _build(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="specviz-kernel-") as folder:
+        source = Path(folder) / "small_m_product.c"
+        source.write_text(SOURCE)
+        built = Path(folder) / path.name
+        subprocess.run([_compiler(), *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True,
+                       timeout=300)
+        staging = path.with_suffix(f".{os.getpid()}.tmp")  # beside the target: a rename within one file system
+        shutil.copyfile(built, staging)
+        os.replace(staging, path)  # atomic: a half-written library is never loaded
+
+
+def kernel():
+    """The compiled product (a ctypes function), or ``None`` where it cannot run here."""
+    if "kernel" not in _loaded:
+        with _lock:
+            if "kernel" not in _loaded:
+                _loaded["kernel"] = _load()
+    return _loaded["kernel"]
+
+
+def _load():
+    if not supported_here():
+        return None
+    path = library_path()
+    try:
+        if not path.exists():
+            _build(path)
+        function = ctypes.CDLL(str(path)).specviz_small_m_product
+    except (OSError, subprocess.SubprocessError):
+        return None
+    function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    function.restype = None
+    return function
+
+
+def applies(weight: torch.Tensor) -> bool:
+    """Whether products with ``weight`` (``[N, K]``) run here: fp32, on the CPU, K a multiple of 32."""
+    return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.dim() == 2
+            and weight.shape[1] % K_MULTIPLE == 0 and kernel() is not None)
+
+
+def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weightᵀ`` for ``x`` ``[..., K]`` with at most :data:`MAX_ROWS` rows; ``weight`` contiguous ``[N, K]``."""
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
+    kernel()(weight.data_ptr(), rows.data_ptr(), out.data_ptr(), rows.shape[0], weight.shape[0], weight.shape[1],
+             torch.get_num_threads())
+    return out.reshape(*x.shape[:-1], weight.shape[0])
