@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .exact_numerics import default_row_invariant, use_row_invariant_attention
-from .fused_layer import FusedLlamaLayer, Projection
+from .fused_layer import FusedLlamaLayer, Projection, rms_norm
 from .kernels import KernelPlan, install
 from .kv_cache import KVCache
 
@@ -100,6 +100,7 @@ class LayerStack:
         self.row_invariant = False
         self.fused = False
         self.packed_head: Projection | None = None
+        self.final_norm = self.backbone.norm
 
     def prepare_inference(self, row_invariant: bool | None = None, fused: bool = True) -> None:
         """How the engine runs a target (its own, or a lane's share of one): row-invariant numerics where
@@ -130,6 +131,7 @@ class LayerStack:
         head = self.model.lm_head
         self.packed_head = (Projection(head.weight, self.row_invariant)
                             if enabled and head.bias is None and head.weight.device.type != "meta" else None)
+        self.final_norm = rms_norm(self.backbone.norm) if self.packed_head is not None else self.backbone.norm
         for layer in self.layers:
             real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
             layer.specviz_fused = (FusedLlamaLayer(layer, self.row_invariant)
@@ -213,7 +215,7 @@ class LayerStack:
         if self.fp32_head is not None:
             return self.fp32_head(hidden.float())[0]
         if self.packed_head is not None and not torch.is_grad_enabled():
-            return self.packed_head(self.backbone.norm(hidden))[0].float()
+            return self.packed_head(self.final_norm(hidden))[0].float()
         return self.model.lm_head(self.backbone.norm(hidden))[0].float()
 
     def forward(self, ids: list[int], cache: KVCache, parents: list[int] | None = None) -> torch.Tensor:

@@ -5,12 +5,12 @@ stream from memory, and on CPUs without native bf16 the default model runs in fp
 Measured on a 2-core AMD EPYC (Zen 3, AVX2, no AVX-512) through all of the model's 121 products in turn,
 one row: oneDNN with packed weights streams them at ~10 GB/s and ``F.linear`` (MKL) at ~6.5, while a plain
 sum over the same tensors reads ~17–20 GB/s. A product of a few rows is a stream of dot products, so this
-kernel is written as one: each thread walks whole weight rows front to back (one stream, four AVX2
-accumulators) and multiplies each weight row, while it sits in L1, by every input row (three at a time).
-One row: 34 ms a step against oneDNN's 52 (`docs/verify-cost.md` has the curve).
+kernel is written as one: each thread walks whole weight rows front to back (one stream per thread) and
+multiplies each weight row, loaded once, by up to eight input rows at a time (one AVX2 accumulator each).
+All 121 products for one row: 24–30 ms against oneDNN's 41–58 (the machine's bandwidth drifts; `docs/verify-cost.md`).
 
-A second gain comes free: every output element is summed in one fixed order — four accumulators over
-``k mod 32``, added pairwise, then across lanes — whatever the number of rows, so a row's bits never depend
+A second gain comes free: every output element is summed in one fixed order — one eight-lane accumulator
+over k ascending, then its lanes in a fixed order — whatever the number of rows, so a row's bits never depend
 on how many rows share the call. A chunk of n tokens verified in one forward gets the products n one-token
 steps would get (the row invariance that :mod:`engines.exact_numerics` buys in bf16 by other means).
 
@@ -38,15 +38,14 @@ import torch
 from .model import cache_dir
 
 MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
-K_MULTIPLE = 32  # the accumulators cover 32 floats of a row per step
+K_MULTIPLE = 8  # an accumulator covers 8 floats of a row per step
 
 SOURCE = r"""
 #include <immintrin.h>
 #include <stdint.h>
 
-/* Sum of four accumulators, pairwise, then across the eight lanes: the one order every output uses. */
-static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+/* The eight lanes of an accumulator, added in the one order every output uses. */
+static inline float reduce(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     __m128 h = _mm_movehdup_ps(s);
     s = _mm_add_ps(s, h);
@@ -54,36 +53,28 @@ static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_cvtss_f32(_mm_add_ss(s, h));
 }
 
-#define ZERO4(a) __m256 a##0 = _mm256_setzero_ps(), a##1 = a##0, a##2 = a##0, a##3 = a##0;
-#define LOAD_W __m256 r0 = _mm256_loadu_ps(wn + k), r1 = _mm256_loadu_ps(wn + k + 8), \
-                      r2 = _mm256_loadu_ps(wn + k + 16), r3 = _mm256_loadu_ps(wn + k + 24);
-#define FMA4(a, xr) \
-    a##0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(xr + k), a##0);      \
-    a##1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(xr + k + 8), a##1);  \
-    a##2 = _mm256_fmadd_ps(r2, _mm256_loadu_ps(xr + k + 16), a##2); \
-    a##3 = _mm256_fmadd_ps(r3, _mm256_loadu_ps(xr + k + 24), a##3);
+/* Input rows m..m+G-1 against weight row n: one accumulator each, k ascending, the weight loaded once. */
+#define ROWS(G)                                                                         \
+    for (; m + G <= M; m += G) {                                                        \
+        __m256 acc[G];                                                                  \
+        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_ps();                       \
+        const float *xm = x + m * K;                                                    \
+        for (int64_t k = 0; k < K; k += 8) {                                            \
+            __m256 wk = _mm256_loadu_ps(wn + k);                                        \
+            for (int j = 0; j < G; j++)                                                 \
+                acc[j] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(xm + j * K + k), acc[j]);  \
+        }                                                                               \
+        for (int j = 0; j < G; j++) y[(m + j) * N + n] = reduce(acc[j]);                \
+    }
 
-/* y[m, n] = sum_k x[m, k] * w[n, k] for w [N, K], x [M, K], y [M, N], all contiguous; K % 32 == 0. */
+/* y[m, n] = sum_k x[m, k] * w[n, k] for w [N, K], x [M, K], y [M, N], all contiguous; K % 8 == 0. */
 void specviz_small_m_product(const float *w, const float *x, float *y, int64_t M, int64_t N, int64_t K,
                              int threads) {
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t n = 0; n < N; n++) {
         const float *wn = w + n * K;
         int64_t m = 0;
-        for (; m + 3 <= M; m += 3) {
-            const float *x0 = x + m * K, *x1 = x0 + K, *x2 = x1 + K;
-            ZERO4(a) ZERO4(b) ZERO4(c)
-            for (int64_t k = 0; k < K; k += 32) { LOAD_W FMA4(a, x0) FMA4(b, x1) FMA4(c, x2) }
-            y[m * N + n] = reduce4(a0, a1, a2, a3);
-            y[(m + 1) * N + n] = reduce4(b0, b1, b2, b3);
-            y[(m + 2) * N + n] = reduce4(c0, c1, c2, c3);
-        }
-        for (; m < M; m++) {
-            const float *x0 = x + m * K;
-            ZERO4(a)
-            for (int64_t k = 0; k < K; k += 32) { LOAD_W FMA4(a, x0) }
-            y[m * N + n] = reduce4(a0, a1, a2, a3);
-        }
+        ROWS(8) ROWS(4) ROWS(2) ROWS(1)
     }
 }
 """
