@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import small_m_kernel
 from .exact_numerics import stock_attention
 
 
@@ -40,7 +41,18 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-KERNELS = {"linear": F.linear, "weight_first": _weight_first, "onednn": _onednn}
+def _small_m(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """:mod:`engines.small_m_kernel` for a few fp32 rows without gradients, ``F.linear`` for anything else (so in
+    bf16 this kernel is ``F.linear``, bit for bit)."""
+    rows = x.numel() // x.shape[-1]
+    if (bias is None and rows <= small_m_kernel.MAX_ROWS and x.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and small_m_kernel.applies(weight)):
+        return small_m_kernel.product(x, weight)
+    return F.linear(x, weight, bias)
+
+
+KERNELS = {"linear": F.linear, "weight_first": _weight_first, "onednn": _onednn, "small_m": _small_m}
 
 
 def available_kernels(device: torch.device | str) -> list[str]:
@@ -50,6 +62,8 @@ def available_kernels(device: torch.device | str) -> list[str]:
     names = ["linear", "weight_first"]
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         names.append("onednn")
+    if small_m_kernel.kernel() is not None:
+        names.append("small_m")
     return names
 
 

@@ -144,9 +144,9 @@ def _load():
 
 
 def applies(weight: torch.Tensor) -> bool:
-    """Whether products with ``weight`` (``[N, K]``) run here: fp32, on the CPU, K a multiple of 32."""
+    """Whether products with ``weight`` (``[N, K]``) run here: fp32, contiguous, on the CPU, K a multiple of 8."""
     return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.dim() == 2
-            and weight.shape[1] % K_MULTIPLE == 0 and kernel() is not None)
+            and weight.shape[1] % K_MULTIPLE == 0 and weight.is_contiguous() and kernel() is not None)
 
 
 def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -216,15 +216,17 @@ def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: 
     ns = list(range(1, max_tokens + 1))
     row_invariant = getattr(stack, "row_invariant", False)
     if getattr(stack, "fused", False):
-        # fused layers and head multiply by packed weights, whatever the plan says: one curve to time; the
-        # plan (plain linear) only serves the drafters and the layers a memory budget puts back on HF's path
+        # fused layers and head run their own products, whatever the plan says: one curve to time; the plan
+        # only serves the drafters and the layers a memory budget puts back on HF's path: the small-M kernel
+        # where it runs (F.linear for anything it does not take), else plain linear
         if progress:
             progress(f"timing forwards of 1..{max_tokens} tokens through the fused layers")
-        install_stack(stack, KernelPlan({1: "linear"}, row_invariant))
+        drafters_kernel = "small_m" if "small_m" in kernels else "linear"
+        install_stack(stack, KernelPlan({1: drafters_kernel}, row_invariant))
         seconds = time_forwards(stack, prefix, ns, repeats)
         threads = torch.get_num_threads()
         return VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds,
-                          {n: "linear" for n in ns}, {FUSED: seconds}, prefix, threads,
+                          {n: drafters_kernel for n in ns}, {FUSED: seconds}, prefix, threads,
                           measure_bandwidth(stack.device), weight_bytes(stack.model))
     by_kernel = {}
     for kernel in kernels:

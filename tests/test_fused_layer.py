@@ -33,6 +33,22 @@ def test_fp32_fused_layers_match_the_hugging_face_layers():
     assert torch.allclose(fused, logits_of(engine, ids), atol=1e-5, rtol=1e-5)
 
 
+def test_fp32_one_token_steps_match_the_hugging_face_layers():
+    """One token at a time the fused layer attends with two plain products (not sdpa): the same numbers."""
+    ids = list(range(3, 30))
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3), fused=True)
+
+    def steps() -> torch.Tensor:
+        with torch.inference_mode():
+            cache = engine.target.new_cache(64)
+            engine.target.forward(ids[:-3], cache)
+            return torch.cat([engine.target.forward([token], cache) for token in ids[-3:]])
+
+    fused = steps()
+    engine.target.use_fused_layers(False)
+    assert torch.allclose(fused, steps(), atol=1e-5, rtol=1e-5)
+
+
 def test_training_passes_and_hooked_layers_run_the_hugging_face_layer():
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3), fused=True)
     layer = engine.target.layers[0]
