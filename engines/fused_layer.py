@@ -65,9 +65,9 @@ class Projection:
 
 
 def rms_norm(module: nn.Module):
-    """Llama's RMSNorm as one call: fp32 weights run ``F.rms_norm`` (one fused op where Hugging Face's module
-    makes six, ~70 µs a call on two cores); 16-bit weights keep the module, whose upcast and rounding order
-    the bf16 bits of every method depend on."""
+    """Llama's RMSNorm as one call: fp32 weights run ``F.rms_norm`` (16 µs a call on a Zen 3 EPYC where Hugging
+    Face's module of six operations takes 35, 61 norms a token); 16-bit weights keep the module, whose upcast
+    and rounding order the bf16 bits of every method depend on."""
     weight, eps = module.weight, getattr(module, "variance_epsilon", None)
     if weight.dtype != torch.float32 or eps is None:
         return module
