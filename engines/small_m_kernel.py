@@ -39,6 +39,10 @@ from .model import cache_dir
 
 MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
 K_MULTIPLE = 8  # an accumulator covers 8 floats of a row per step
+# Below this many weights one thread does the product: waking a second costs more than it saves (a 64×32
+# weight: 5 µs on one thread, 6–35 µs on two, milliseconds while the other core is busy). The default model's
+# smallest weight (576×576) is five times larger.
+PARALLEL_MIN_WEIGHTS = 1 << 16
 
 SOURCE = r"""
 #include <immintrin.h>
@@ -153,6 +157,7 @@ def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weightᵀ`` for ``x`` ``[..., K]`` with at most :data:`MAX_ROWS` rows; ``weight`` contiguous ``[N, K]``."""
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     out = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
+    threads = torch.get_num_threads() if weight.numel() >= PARALLEL_MIN_WEIGHTS else 1
     kernel()(weight.data_ptr(), rows.data_ptr(), out.data_ptr(), rows.shape[0], weight.shape[0], weight.shape[1],
-             torch.get_num_threads())
+             threads)
     return out.reshape(*x.shape[:-1], weight.shape[0])

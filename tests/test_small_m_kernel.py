@@ -38,9 +38,10 @@ def test_a_rows_bits_do_not_depend_on_the_rows_beside_it():
 @needs_kernel
 def test_one_thread_gives_the_same_bits():
     torch.manual_seed(2)
-    weight, x = torch.randn(1000, 64), torch.randn(4, 64)
-    both = small_m_kernel.product(x, weight)
+    weight, x = torch.randn(2 * small_m_kernel.PARALLEL_MIN_WEIGHTS // 64, 64), torch.randn(4, 64)
     threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # large enough a weight to split between threads
+    both = small_m_kernel.product(x, weight)
     torch.set_num_threads(1)
     try:
         assert torch.equal(small_m_kernel.product(x, weight), both)
