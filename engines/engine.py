@@ -54,6 +54,8 @@ class Engine:
         self.target.use_fp32_head(fp32_head)
         self.target.prepare_inference(row_invariant, fused)
         self._fused = fused
+        # the curve's name: fixed at load, as a memory budget later swaps the fused layers out and back
+        self._small_m = self.target.packed_head is not None and self.target.packed_head.small_m
         self.context_window = getattr(model.config, "max_position_embeddings", 2048)
         self._drafts: dict[str, LayerStack] = {}
         self._draft_sources: dict[str, Path] = {}
@@ -123,7 +125,7 @@ class Engine:
         """
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
                 + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else "")
-                + ("+smallm" if self.target.packed_head is not None and self.target.packed_head.small_m else ""))
+                + ("+smallm" if self._small_m else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:
