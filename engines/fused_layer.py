@@ -10,7 +10,7 @@ the same bits whatever the row count (see :mod:`engines.exact_numerics`): packed
 rows or more agree row by row with each other and with ``F.linear``, and one row runs as two. In fp32 on a
 CPU with AVX2 (a Zen 3 EPYC, where oneDNN reads weights at ~10 GB/s of ~19), up to 16 rows go through
 :mod:`engines.small_m_kernel` instead, which streams at close to a plain read and is row-invariant by
-construction; fp32 layers also normalise with one fused call.
+construction; fp32 layers also normalise with one `F.rms_norm` call.
 
 The Hugging Face layer stays the reference and the fallback: training passes (which need gradients), a
 model whose layers stream from flash under a memory budget, and any layer this module does not recognise
