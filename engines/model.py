@@ -41,13 +41,17 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read."""
+    try:
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return frozenset()
+
+
 def cpu_supports_bf16() -> bool:
     """bf16 only pays off on CPUs with native bf16 dot products (AVX-512 BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def default_dtype(device: str = "cpu") -> str:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .model import cache_dir
+from .model import cache_dir, cpu_flags
 
 MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
 K_MULTIPLE = 8  # an accumulator covers 8 floats of a row per step
@@ -94,11 +94,7 @@ def supported_here() -> bool:
         return False
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         return False
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return False
-    return {"avx2", "fma"} <= flags and _compiler() is not None
+    return {"avx2", "fma"} <= cpu_flags() and _compiler() is not None
 
 
 def _compiler() -> str | None:
