@@ -1,8 +1,8 @@
 """Mirror-SD and SSD: the speculation cache, batched branch rollouts, the same tokens in every mode, the
 events the views read, and clear errors for bad input.
 
-Tiny random models keep these fast (the sampling-exactness tests are in ``test_sampling_exact.py``); the
-real-model checks are at the end. Speed is never asserted here: ``specviz bench`` measures it.
+Tiny random models keep these fast (sampling exactness: the rules in ``test_verification_rules.py``, their
+routing in ``test_draft_routing.py``); the real-model checks are at the end. Speed is never asserted here: ``specviz bench`` measures it.
 """
 
 from __future__ import annotations
