@@ -42,9 +42,15 @@ def default_exit(exits: Sequence[int], preferred: int = 15) -> int:
     return preferred if preferred in exits else exits[-1]
 
 
-def effective_mode(mode: str, stages: int, capacity: int) -> tuple[str, str | None]:
+def effective_mode(mode: str, stages: int, capacity: int, unavailable: str | None = None) -> tuple[str, str | None]:
     """The mode a run can use here, and why it differs from the one asked for: ``lanes`` needs one core per
-    stage; with fewer, the same schedule runs on a virtual clock (labelled so) instead."""
+    stage, and worker processes (``unavailable``: why this PyTorch cannot start them, from
+    :func:`engines.lanes.lanes_unavailable`); without either, the same schedule runs on a virtual clock
+    (labelled so) instead."""
+    if mode == "lanes" and unavailable:
+        return "virtual", (f"mode=lanes cannot run here: {unavailable}. The run uses **virtual** mode instead: the "
+                           f"same schedule computed serially and replayed on one clock per lane, every number "
+                           f"labelled {VIRTUAL}.")
     if mode != "lanes" or capacity >= stages:
         return mode, None
     return "virtual", (f"mode=lanes needs S = {stages} lanes (one core per stage) but this machine has {capacity}. "
@@ -89,6 +95,15 @@ def needs_warmup(method: str, options: dict) -> bool:
     """A lanes run counts the start of its worker processes (and their loading of layers) as its own time;
     a 1-token run first makes the measured run find them ready (later runs reuse them at no cost)."""
     return method == "ppsd" and options.get("mode") == "lanes"
+
+
+def one_core_note(can_pin: bool) -> str | None:
+    """What "one core per lane" means where the OS cannot hold a thread to a core (macOS, Windows): one torch
+    thread, unpinned. ``None`` where it can (Linux)."""
+    if can_pin:
+        return None
+    return ("This OS cannot pin a thread to a core: \"one core per lane\" runs one torch thread that the OS may "
+            "move between cores.")
 
 
 def pin_to_one_core(method: str, options: dict, one_core: bool) -> bool:

@@ -19,6 +19,7 @@ from specviz.theory import mirror_speedup_vs_sd, mirror_step_time, ssd_round_tim
 import ppsd_helpers
 
 LiveThrottle = ppsd_helpers.LiveThrottle  # the same redraw throttle as the PPSD page
+one_core_note = ppsd_helpers.one_core_note  # and the same note where a thread cannot be pinned
 
 MODES = ("lanes", "serial")
 MODE_LABELS = {"lanes": "lanes: the draft in a worker process on its own core (real overlap)",
@@ -41,9 +42,14 @@ _NORM_HEAD = re.compile(r"^exit@(\d+)-norm$")
 
 
 # --- what the pages offer -----------------------------------------------------------------------------
-def effective_mode(mode: str, capacity: int) -> tuple[str, str | None]:
+def effective_mode(mode: str, capacity: int, unavailable: str | None = None) -> tuple[str, str | None]:
     """The mode a run can use here, and why it differs from the one asked for: ``lanes`` needs a second lane
-    (core) for the draft; with one, the run is ``serial`` (the same tokens, nothing overlapping)."""
+    (core) for the draft, and a worker process (``unavailable``: why this PyTorch cannot start one, from
+    :func:`engines.lanes.lanes_unavailable`); without either, the run is ``serial`` (the same tokens, nothing
+    overlapping)."""
+    if mode == "lanes" and unavailable:
+        return "serial", (f"mode=lanes cannot run here: {unavailable}. The run uses **serial** mode instead: the "
+                          f"same two lane programs and messages, one after the other, so nothing overlaps.")
     if mode != "lanes" or capacity >= 2:
         return mode, None
     return "serial", (f"mode=lanes needs 2 lanes (a core for the target and one for the draft) but this machine has "

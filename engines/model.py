@@ -42,10 +42,11 @@ def cache_dir() -> Path:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read."""
+    """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read (macOS, Windows, a
+    sandbox), which only turns off what needs a flag: bf16 as the CPU default, the compiled fp32 kernel."""
     try:
         return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return frozenset()
 
 

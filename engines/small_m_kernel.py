@@ -18,12 +18,16 @@ Built with the system's C compiler (``cc -O3 -mavx2 -mfma -fopenmp``, about a se
 cache and loaded with ctypes; the OpenMP runtime is the one PyTorch already loaded, and each call passes
 PyTorch's thread count. Where anything is missing (not x86-64 Linux, no AVX2/FMA, no compiler) or
 ``SPECVIZ_SMALL_M_KERNEL=0``, :func:`kernel` returns ``None`` and callers keep their oneDNN/BLAS path.
+A missing compiler or a failed build is worth fixing, so it is said once per process, as one logged warning
+(stderr, shown by a terminal and a notebook alike) naming the path that runs instead; a platform or CPU the
+kernel was never written for stays silent.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -84,21 +88,38 @@ void specviz_small_m_product(const float *w, const float *x, float *y, int64_t M
 """
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 
+INSTEAD = ("fp32 products of a few rows run on PyTorch's oneDNN/BLAS path (F.linear) instead: correct, "
+           "but ~1.3-1.5x as long and without row-invariant bits (docs/verify-cost.md)")
+
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
+_warned = False
+_log = logging.getLogger(__name__)
 
 
 def supported_here() -> bool:
-    """x86-64 Linux with AVX2 and FMA, a C compiler, and not switched off."""
+    """x86-64 Linux with AVX2 and FMA, and not switched off: where the kernel can run (building it also needs
+    a C compiler; :func:`kernel` says so once if there is none)."""
     if os.environ.get("SPECVIZ_SMALL_M_KERNEL", "1") == "0":
         return False
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    return {"avx2", "fma"} <= cpu_flags() and _compiler() is not None
+    return _platform_fits() and {"avx2", "fma"} <= cpu_flags()
+
+
+def _platform_fits() -> bool:
+    """The kernel is written for x86-64 Linux: GCC's flags and OpenMP, AVX2 intrinsics, a ``.so``."""
+    return sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
 
 
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def _warn_once(why: str) -> None:
+    """One line per process, the first time the kernel cannot be had: why, and what runs instead."""
+    global _warned
+    if not _warned:
+        _warned = True
+        _log.warning("specviz: %s; %s", why, INSTEAD)
 
 
 def library_path() -> Path:
@@ -106,13 +127,13 @@ def library_path() -> Path:
     return cache_dir() / "kernels" / f"small_m_product-{digest}.so"
 
 
-def _build(path: Path) -> None:
+def _build(path: Path, compiler: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="specviz-kernel-") as folder:
         source = Path(folder) / "small_m_product.c"
         source.write_text(SOURCE)
         built = Path(folder) / path.name
-        subprocess.run([_compiler(), *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True,
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True,
                        timeout=300)
         staging = path.with_suffix(f".{os.getpid()}.tmp")  # beside the target: a rename within one file system
         shutil.copyfile(built, staging)
@@ -129,18 +150,33 @@ def kernel():
 
 
 def _load():
+    """The kernel from the cache, built first if it is not there (a library built earlier needs no compiler)."""
     if not supported_here():
         return None
     path = library_path()
     try:
         if not path.exists():
-            _build(path)
+            compiler = _compiler()
+            if compiler is None:
+                _warn_once("no C compiler found to build the small-M kernel (set CC, or install gcc or cc)")
+                return None
+            _build(path, compiler)
         function = ctypes.CDLL(str(path)).specviz_small_m_product
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError) as error:
+        _warn_once(f"the small-M kernel failed to build or load ({_reason(error)})")
         return None
     function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     function.restype = None
     return function
+
+
+def _reason(error: Exception) -> str:
+    """A build error in a few words: the compiler's first line of complaint, or the exception's own."""
+    stderr = getattr(error, "stderr", None)
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode(errors="replace")
+    first = next((line.strip() for line in (stderr or "").splitlines() if line.strip()), "")
+    return (first or str(error) or type(error).__name__)[:200]
 
 
 def applies(weight: torch.Tensor) -> bool:

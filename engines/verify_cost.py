@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -114,15 +115,33 @@ def machine_key(model: torch.nn.Module, name: str, dtype: torch.dtype, device: t
 
 
 def _cpu_name() -> str:
+    """The CPU's model, for :func:`machine_key`: ``/proc/cpuinfo`` on Linux (unchanged, so curves cached
+    there keep their keys); elsewhere, or where it cannot be read, the OS's own name for it."""
     fields = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             name, _, value = line.partition(":")
             fields.setdefault(name.strip(), value.strip())
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         pass
     parts = [fields.get(k, "") for k in ("model name", "cpu family", "model")]
+    if not fields:  # nothing read: not Linux
+        parts[0] = _os_cpu_name()
     return "|".join(parts + [platform.machine(), str(os.cpu_count())])
+
+
+def _os_cpu_name() -> str:
+    """macOS: ``sysctl -n machdep.cpu.brand_string`` ("Apple M2", "Intel(R) Core(TM) i7-…"); Windows and
+    others: :func:`platform.processor` (Windows names family, model and stepping there). Empty if neither says."""
+    if platform.system() == "Darwin":
+        try:
+            found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=5, check=False)
+            if found.returncode == 0 and found.stdout.strip():
+                return found.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor()
 
 
 def curve_path(key: str) -> Path:

@@ -53,10 +53,15 @@ def tiny_engine() -> Engine:
 @pytest.fixture(scope="session", autouse=True)
 def no_lane_worker_outlives_the_suite():
     """After every test has run, no lane worker process may be left (make test checks it, not just a test)."""
+    import psutil
+
     from tests.lane_processes import lane_workers
 
     yield
     left = lane_workers()
-    for pid in left:
-        os.kill(pid, 9)
+    for pid in left:  # psutil's kill: SIGKILL on POSIX, TerminateProcess on Windows
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
     assert not left, f"lane worker processes left behind: {left}"

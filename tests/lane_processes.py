@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import psutil
 
 
 def lane_workers() -> list[int]:
-    """Pids of every running ``engines.lanes.worker`` process started from this test session's process."""
-    me, found = os.getpid(), []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    """Pids of every running ``engines.lanes.worker`` process started from this test session's process (or
+    by its children). Through psutil, not ``/proc``, so it works on macOS and Windows too; a zombie (exited,
+    not yet reaped) counts as gone."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = (proc / "stat").read_text()
-        except OSError:
+            if child.status() != psutil.STATUS_ZOMBIE and "engines.lanes.worker" in " ".join(child.cmdline()):
+                found.append(child.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if "engines.lanes.worker" in cmdline and ppid == me and state != "Z":
-            found.append(int(proc.name))
-    return found
+    return sorted(found)

@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 MAX_NEW_TOKENS = 12
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's Chromium at /usr/bin/chromium: "
-                                                               "run `make browser-deps` (apt-get install chromium chromium-driver)")
+MISSING = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"no {' or '.join(MISSING)}: the browser test drives Debian's "
+                                                      f"Chromium (`make browser-deps` installs it where apt-get can)")
 
 
 def free_port() -> int:

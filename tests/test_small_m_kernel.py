@@ -75,3 +75,48 @@ def test_switched_off_or_unfit_weights_keep_onednn(monkeypatch):
     assert not projection.small_m
     x = torch.randn(1, 64)
     assert torch.allclose(projection(x), torch.nn.functional.linear(x, projection.weight), atol=1e-5)
+
+
+@pytest.fixture
+def fresh_kernel(monkeypatch, tmp_path):
+    """A process that has not loaded the kernel yet, on a CPU it fits, with nothing built in its cache."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECVIZ_SMALL_M_KERNEL", raising=False)
+    monkeypatch.setattr(small_m_kernel, "_loaded", {})
+    monkeypatch.setattr(small_m_kernel, "_warned", False)
+    monkeypatch.setattr(small_m_kernel, "_platform_fits", lambda: True)
+    monkeypatch.setattr(small_m_kernel, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+
+
+def kernel_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == small_m_kernel.__name__]
+
+
+def test_a_missing_compiler_is_said_once_naming_the_path_that_runs_instead(fresh_kernel, monkeypatch, caplog):
+    monkeypatch.setattr(small_m_kernel, "_compiler", lambda: None)
+    caplog.set_level("WARNING", logger=small_m_kernel.__name__)
+    assert small_m_kernel.kernel() is None
+    monkeypatch.setattr(small_m_kernel, "_loaded", {})  # asked again (another engine, another model): still one line
+    assert small_m_kernel.kernel() is None
+    assert not small_m_kernel.applies(torch.randn(8, 64))
+    (line,) = kernel_lines(caplog)
+    assert line.startswith("specviz: no C compiler found") and "oneDNN/BLAS path (F.linear) instead" in line
+    assert "\n" not in line
+
+
+def test_a_failed_build_is_said_once(fresh_kernel, monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(small_m_kernel, "_compiler", lambda: str(tmp_path / "no-such-cc"))
+    caplog.set_level("WARNING", logger=small_m_kernel.__name__)
+    assert small_m_kernel.kernel() is None
+    monkeypatch.setattr(small_m_kernel, "_loaded", {})
+    assert small_m_kernel.kernel() is None
+    (line,) = kernel_lines(caplog)
+    assert line.startswith("specviz: the small-M kernel failed to build or load (") and "instead" in line
+
+
+def test_a_platform_the_kernel_was_not_written_for_stays_silent(fresh_kernel, monkeypatch, caplog):
+    monkeypatch.setattr(small_m_kernel, "_platform_fits", lambda: False)  # macOS, Windows, ARM
+    monkeypatch.setattr(small_m_kernel, "_compiler", lambda: None)
+    caplog.set_level("WARNING", logger=small_m_kernel.__name__)
+    assert small_m_kernel.kernel() is None
+    assert kernel_lines(caplog) == []

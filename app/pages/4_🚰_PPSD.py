@@ -36,7 +36,7 @@ import pandas as pd  # noqa: E402
 
 import ppsd_helpers as ph  # noqa: E402
 from engine_cache import engine_lock, model_picker  # noqa: E402
-from engines.lanes import LaneError, lane_capacity, pinned  # noqa: E402
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable, pinned  # noqa: E402
 from engines.pipeline import stage_count  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from specviz.pipeline import text_strip  # noqa: E402
@@ -82,7 +82,7 @@ with ppsd_box:
                               help="Stage 1 = layers 1..E and the exit head; the rest is cut into stages of E layers.")
     st.caption(ph.stages_caption(n_layers, exit_layer, capacity))
     asked = st.selectbox("mode", list(ph.MODES), format_func=ph.MODE_LABELS.get, key="ppsd:mode")
-    mode, why = ph.effective_mode(asked, stage_count(n_layers, exit_layer), capacity)
+    mode, why = ph.effective_mode(asked, stage_count(n_layers, exit_layer), capacity, lanes_unavailable())
     if why:
         st.warning(why)
     compare = st.checkbox(f"also run ar and eesd γ={ph.EESD_GAMMA} (same E and head)", value=False,
@@ -91,6 +91,8 @@ with ppsd_box:
                            help="Run ar, eesd and the serial schedule on one core with one thread, as each PPSD "
                                 "stage runs: the Gantt then compares lane with lane. Off (the fair comparison): "
                                 "they use every core, as they would in production.")
+    if ph.one_core_note(can_pin()):
+        st.caption(ph.one_core_note(can_pin()))
 
 with settings_box:
     st.header("Generation")

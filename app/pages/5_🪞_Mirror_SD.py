@@ -36,7 +36,7 @@ import verdict_helpers as vh  # noqa: E402
 import verdict_page as vp  # noqa: E402
 from engines.methods.mirror import MirrorConfig  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
-from engines.lanes import LaneError, lane_capacity  # noqa: E402
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
 from engines.trace import EeMessage  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from specviz import verdict_views as vv  # noqa: E402
@@ -84,7 +84,7 @@ with method_box:
     rule = st.selectbox("acceptance rule", list(vh.RULES), format_func=vh.RULE_LABELS.get, key=f"{P}rule",
                         help="Both are lossless; they differ only when sampling (temperature > 0).")
     asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
-    mode, why = vh.effective_mode(asked, capacity)
+    mode, why = vh.effective_mode(asked, capacity, lanes_unavailable())
     if why:
         st.warning(why)
     compare = st.checkbox("also run sps (same draft and γ)", value=False, key=f"{P}compare",
@@ -92,6 +92,8 @@ with method_box:
     one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
                            help="Run the serial schedule and sps on one core with one thread, as each lane of a "
                                 "lanes run does.")
+    if vh.one_core_note(can_pin()):
+        st.caption(vh.one_core_note(can_pin()))
 
 with settings_box:
     st.header("Generation")

@@ -29,7 +29,7 @@ import verdict_helpers as vh  # noqa: E402
 import verdict_page as vp  # noqa: E402
 from engines.methods.ssd import SsdConfig  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
-from engines.lanes import LaneError, lane_capacity  # noqa: E402
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
 from engines.speculation_cache import fit_power_law  # noqa: E402
 from engines.trace import CacheBuild, CacheLookup  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
@@ -75,7 +75,7 @@ with method_box:
                          help="tiny: the paper's setting, one token per draft forward; ss: 1 + 2 tokens per forward "
                               "(this project's extension).")
     asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
-    mode, why = vh.effective_mode(asked, capacity)
+    mode, why = vh.effective_mode(asked, capacity, lanes_unavailable())
     if why:
         st.warning(why)
     compare = st.checkbox("also run sps (same draft, γ = K)", value=False, key=f"{P}compare",
@@ -83,6 +83,8 @@ with method_box:
     one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
                            help="Run the serial schedule and sps on one core with one thread, as each lane of a "
                                 "lanes run does.")
+    if vh.one_core_note(can_pin()):
+        st.caption(vh.one_core_note(can_pin()))
     st.caption("Draft: `tiny` (4 layers: the target's first two + two distilled).")
 
 with settings_box:

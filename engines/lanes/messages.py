@@ -78,3 +78,9 @@ class Emit:
 
 class LaneError(RuntimeError):
     """A lane crashed, was killed, hung or failed to start: raised in the caller, naming the lane."""
+
+
+class LanesUnavailable(LaneError, ValueError):
+    """Lanes mode cannot run in this PyTorch at all (no ``torch.distributed``). A :class:`LaneError`, and a
+    ``ValueError`` as well: like too few cores, it is a mode this machine does not offer, so every caller that
+    reports bad input (the dashboard's pages, the CLI) shows its message instead of a traceback."""

@@ -1,6 +1,11 @@
 """Lanes as processes: one worker per lane, pinned to a core with one thread (or on a CUDA device),
 talking to the driver (rank 0, this process) over ``torch.distributed`` — gloo on CPU, NCCL on GPU.
 
+Portable: where the OS has no CPU affinity (macOS, Windows) a lane is one unpinned torch thread and the
+machine's lanes are ``os.cpu_count()``; a worker is ended by :func:`kill_process_tree` (its process group on
+POSIX, the process itself on Windows); a PyTorch without ``torch.distributed`` refuses lanes mode with a
+:class:`LaneError` saying so (:func:`lanes_unavailable`), while serial and virtual modes run as anywhere.
+
 The same code spans hosts: the driver hosts a ``TCPStore`` at an address and port, and workers join it,
 spawned here (``spawn=True``) or started by hand on any machine (``python -m engines.lanes.worker``,
 ``specviz lane-worker``). Workers start once and serve request after request; each loads only the
@@ -34,7 +39,7 @@ import torch.distributed as dist
 
 from ..trace import Trace, event_from_dict
 from .channel import Channel
-from .messages import Emit, LaneError, Message, Recv, Send
+from .messages import Emit, LaneError, LanesUnavailable, Message, Recv, Send
 from .serial import MessageCost
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +60,68 @@ class LaneSpec:
 
 
 def usable_cores() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
+    """The cores this process may run on: its affinity mask where the OS has one (Linux), else every core
+    (macOS and Windows have no ``os.sched_getaffinity``; ``os.cpu_count()`` is the best they tell)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        return sorted(getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def can_pin() -> bool:
+    """Whether a thread can be held to one core here (Linux); elsewhere "one lane" is one torch thread that
+    the OS may move between cores."""
+    return hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
+
+
+def lanes_unavailable() -> str | None:
+    """Why lanes mode (worker processes over ``torch.distributed``) cannot run in this PyTorch, or ``None``
+    where it can. Some macOS and Windows builds ship without ``torch.distributed``; serial and virtual modes
+    need none of it."""
+    if not dist.is_available():
+        return ("this PyTorch build has no torch.distributed (torch.distributed.is_available() is False), "
+                "which lanes mode needs for its worker processes")
+    return None
+
+
+def require_lanes() -> None:
+    """Raise :class:`LanesUnavailable` (a ``LaneError`` and a ``ValueError``) saying what is missing, before
+    anything starts, where lanes cannot run."""
+    why = lanes_unavailable()
+    if why is not None:
+        raise LanesUnavailable(f"mode='lanes' cannot run here: {why}; use mode='serial' (or 'virtual' for ppsd)")
+
+
+def process_group_options(windows: bool = os.name == "nt") -> dict:
+    """``Popen`` options that give a worker a process group of its own, so that Ctrl-C in the driver's
+    terminal reaches only the driver (which closes the workers itself) and the worker's group can be ended
+    as one: a new session on POSIX, a new process group on Windows."""
+    if windows:
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)}
+    return {"start_new_session": True}
+
+
+def kill_process_tree(process: subprocess.Popen) -> None:
+    """End a worker and whatever it started, at once (a hung worker ignores polite requests).
+
+    POSIX: ``SIGKILL`` to its process group (it leads one: :func:`process_group_options`), which also ends a
+    compiler it may be running (``engines.small_m_kernel``). Elsewhere (Windows): ``Popen.kill()``
+    (TerminateProcess) on the worker alone. That is its whole tree: a worker starts no process of its own
+    there (the compiled kernel is built only on Linux), so ``taskkill /F /T`` would add a second process and
+    nothing else. A process already gone is left alone."""
+    if process.poll() is not None:
+        return
+    killpg, sigkill = getattr(os, "killpg", None), getattr(signal, "SIGKILL", None)
+    if killpg is not None and sigkill is not None:
+        try:
+            killpg(process.pid, sigkill)
+            return
+        except OSError:  # not a group leader (started elsewhere) or just gone: kill the process itself
+            pass
+    try:
+        process.kill()
+    except OSError:
+        pass
 
 
 def lane_capacity(device: str = "cpu") -> int:
@@ -85,18 +151,22 @@ def lane_core(lane: str) -> int | None:
 
 @contextmanager
 def pinned(lane: str):
-    """This thread on the lane's core with one torch thread, for the length of a run."""
+    """This thread on the lane's core with one torch thread, for the length of a run; where the OS cannot
+    pin (macOS, Windows: :func:`can_pin`), one torch thread only, so a lane is still one thread's work."""
     core = lane_core(lane)
     if core is None:
         yield
         return
-    before, threads = os.sched_getaffinity(0), torch.get_num_threads()
-    os.sched_setaffinity(0, {core})
+    threads = torch.get_num_threads()
+    before = os.sched_getaffinity(0) if can_pin() else None
+    if before is not None:
+        os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     try:
         yield
     finally:
-        os.sched_setaffinity(0, before)
+        if before is not None:
+            os.sched_setaffinity(0, before)
         torch.set_num_threads(threads)
 
 
@@ -163,6 +233,7 @@ class LaneGroup:
         return self
 
     def _start(self) -> None:
+        require_lanes()
         spec = self.spec
         self._stop.clear()
         self._fault = None
@@ -189,7 +260,9 @@ class LaneGroup:
         self._handshake()
 
     def _spawn(self, rank: int, port: int) -> None:
-        log = Path(tempfile.mkstemp(prefix=f"specviz-lane{rank}-", suffix=".log")[1])
+        handle, name = tempfile.mkstemp(prefix=f"specviz-lane{rank}-", suffix=".log")
+        os.close(handle)  # an open handle would stop close() from deleting the log on Windows
+        log = Path(name)
         self.logs[rank] = log
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
         command = [sys.executable, "-m", "engines.lanes.worker", "--address", "127.0.0.1", "--port", str(port),
@@ -197,7 +270,7 @@ class LaneGroup:
                    "--die-with-parent"]
         with open(log, "w") as out:
             self.processes[rank] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                                    stdin=subprocess.DEVNULL, **process_group_options())
 
     def _has(self, key: str) -> bool:
         return self.store.check([key])
@@ -250,7 +323,7 @@ class LaneGroup:
                     beats[rank] = (count, now)
                 elif now - since > self.spec.hang_seconds and process is not None:
                     self._fault = self._fault or f"{self.name(rank)} stopped responding (no heartbeat for {now - since:.1f} s)"
-                    os.killpg(process.pid, signal.SIGKILL)
+                    kill_process_tree(process)
 
     def _exit_reason(self, rank: int, starting: bool = False) -> str:
         code = self.processes[rank].poll()
@@ -338,18 +411,20 @@ class LaneGroup:
             try:
                 process.wait(timeout=2)
             except subprocess.TimeoutExpired:
-                process.kill()
+                kill_process_tree(process)
                 process.wait()
         for log in self.logs.values():
-            log.unlink(missing_ok=True)
+            try:
+                log.unlink(missing_ok=True)
+            except OSError:  # Windows: still held by a process that is only now going away
+                pass
         self.processes, self.logs = {}, {}
         self.channel = self.group = self.store = None
 
     def __del__(self):
         try:
             for process in self.processes.values():
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
+                kill_process_tree(process)
         except Exception:
             pass
 
@@ -369,9 +444,17 @@ def save_message_cost(cost: MessageCost | None) -> None:
                                 "measured": time.strftime("%Y-%m-%d %H:%M")}))
 
 
+# What a message costs where lanes cannot run to measure it (no torch.distributed): a loopback hop of
+# ~0.1 ms and ~1 GB/s, the order of what gloo measures between two processes on one host.
+ASSUMED_MESSAGE_COST = MessageCost(latency_s=1e-4, bytes_per_s=1e9)
+
+
 def load_message_cost() -> MessageCost | None:
+    """The message cost measured when lanes last started on this host; ``None`` where none was measured
+    yet (the caller starts lanes to measure it), or :data:`ASSUMED_MESSAGE_COST` where lanes cannot run
+    here, so that virtual mode still runs."""
     path = _message_cost_path()
     if not path.exists():
-        return None
+        return ASSUMED_MESSAGE_COST if lanes_unavailable() else None
     record = json.loads(path.read_text())
     return MessageCost(record["latency_s"], record["bytes_per_s"])

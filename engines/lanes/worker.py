@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .channel import Channel
 from .messages import Emit, LaneError, Message, Recv, Send
-from .runtime import heartbeat, lane_core, make_group
+from .runtime import can_pin, heartbeat, lane_core, make_group, require_lanes
 from .serial import Lane
 
 IDLE_FOREVER = 30 * 24 * 3600.0  # seconds
@@ -40,7 +40,9 @@ def _program(setup: dict):
 def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int | None = None) -> None:
     """``parent``: exit as soon as that process (the driver that spawned us) is gone, however it died.
     (Not ``PR_SET_PDEATHSIG``: it fires when the spawning *thread* ends — after every rerun of a Streamlit
-    script.)"""
+    script.) On Windows ``os.getppid()`` keeps naming a dead parent, but the driver hosts the store, so the
+    heartbeat's next call fails and the worker exits all the same."""
+    require_lanes()  # a PyTorch without torch.distributed: say so, not an AttributeError
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it closes us
     core = lane_core(lane)  # a bad lane name fails here, before joining: the driver reports it while starting
     store = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=60))
@@ -56,7 +58,8 @@ def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int
         os._exit(0)
 
     if core is not None:  # only the computing thread: message threads must not queue behind it
-        os.sched_setaffinity(0, {core})
+        if can_pin():  # Linux; elsewhere the lane is one torch thread the OS places (runtime.pinned)
+            os.sched_setaffinity(0, {core})
         torch.set_num_threads(1)
     device = torch.device(lane if lane.startswith("cuda") else "cpu")
     channel = Channel(group, setup["hidden_size"], getattr(torch, setup["dtype"]), device, driver_gone,

@@ -1,0 +1,74 @@
+"""Run the test suite and the notebooks, then print how long set-up, tests and notebooks took.
+
+`make test` calls this after set-up, so every log (a student's terminal, CI's) ends with the budget it
+spent: the suite must fit in 15 minutes on a 2-core machine, and a slow new test shows here first. Both
+halves always run (a failing test does not hide the notebooks' time); the exit status is non-zero if
+either failed.
+
+    python scripts/run_suite.py [--since EPOCH] [--all] [--no-notebooks] [--full-notebooks] [PYTEST_ARGS ...]
+
+``--since``: when `make` started (set-up is the time from then to now). ``--all``: the tests marked
+``slow`` too (`make test-all`). Notebooks run under nbmake in quick mode (``SPECVIZ_QUICK=1``: fewer
+tokens, one sweep point, fast emulated flash; every cell still runs) unless ``--full-notebooks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_CELL_TIMEOUT_S = 300  # one cell; a hang fails in minutes, never at CI's limit
+
+
+def run(command: list[str], env: dict[str, str]) -> tuple[int, float]:
+    started = time.monotonic()
+    print("+", " ".join(command), flush=True)
+    code = subprocess.call(command, cwd=ROOT, env=env)
+    return code, time.monotonic() - started
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:4.1f} min ({seconds:5.0f} s)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--since", type=float, default=None, help="epoch seconds when set-up began")
+    parser.add_argument("--all", action="store_true", help="also the tests marked slow")
+    parser.add_argument("--no-notebooks", action="store_true")
+    parser.add_argument("--full-notebooks", action="store_true", help="notebooks at full size, not quick mode")
+    args, pytest_args = parser.parse_known_args()
+
+    setup = time.time() - args.since if args.since else None
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    python = sys.executable
+    marker = [] if args.all else ["-m", "not slow"]
+    test_code, test_time = run([python, "-m", "pytest", "-q", "--durations=15", *marker, *pytest_args, "tests"], env)
+
+    notebook_code, notebook_time = 0, None
+    if not args.no_notebooks:
+        notebook_env = {**env, "SPECVIZ_QUICK": "0" if args.full_notebooks else "1"}
+        notebook_code, notebook_time = run([python, "-m", "pytest", "-q", "--durations=0", "--timeout=900",
+                                            "--nbmake", f"--nbmake-timeout={NOTEBOOK_CELL_TIMEOUT_S}", "notebooks"],
+                                           notebook_env)
+
+    rows = [("set-up", setup), ("tests" + (" (all)" if args.all else ""), test_time),
+            ("notebooks" + ("" if args.full_notebooks else " (quick mode)"), notebook_time)]
+    total = sum(seconds for _, seconds in rows if seconds is not None)
+    print("\nsuite durations")
+    for name, seconds in rows:
+        if seconds is not None:
+            print(f"  {name:24s} {minutes(seconds)}")
+    print(f"  {'total':24s} {minutes(total)}   (budget: 15 min on a 2-core machine)")
+    verdict = "passed" if test_code == 0 and notebook_code == 0 else "FAILED"
+    print(f"  tests exit {test_code}, notebooks exit {notebook_code}: {verdict}")
+    return 0 if verdict == "passed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
