@@ -12,7 +12,9 @@ executes each notebook with nbclient (kernel ``python3``, in the notebook's own 
 
 ``make notebook-outputs`` installs kaleido (the ``outputs`` extra; it drives the system Chromium) and
 runs this over every notebook; tests/test_notebook_outputs.py checks the result stays small. nbmake
-re-executes the notebooks in ``make test`` without writing back, so stored outputs stay as committed.
+re-executes the notebooks in ``make test`` without writing back, so stored outputs stay as committed; it
+runs them in quick mode (``SPECVIZ_QUICK=1``: small sizes, see specviz/quick.py), whereas this script
+always runs them in full (it sets ``SPECVIZ_QUICK=0`` for the kernel).
 
     .venv/bin/python scripts/store_notebook_outputs.py [NOTEBOOK.ipynb ...]   # default: notebooks/*.ipynb
 """
@@ -224,12 +226,15 @@ def kaleido_renderer() -> Iterator[Render]:
 # --- executing ----------------------------------------------------------------------------------------
 
 def kernel_environment() -> None:
-    """Environment the kernel inherits: no model hub, and figures emitted as plotly's JSON mimetype.
+    """Environment the kernel inherits: no model hub, full mode, and figures emitted as plotly's JSON mimetype.
 
     Under ipykernel plotly already picks ``plotly_mimetype``, but VS Code, Colab and others switch it to
     HTML renderers; PLOTLY_RENDERER (read by plotly.io at import) pins it.
     """
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # Stored outputs always come from a full run: `make test` runs the notebooks with SPECVIZ_QUICK=1 (small
+    # sizes, specviz/quick.py), and a shell that still has it set must not store quick-mode outputs.
+    os.environ["SPECVIZ_QUICK"] = "0"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"
 
