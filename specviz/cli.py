@@ -162,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--max-steps", type=int, default=None)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--acceptance-tokens", type=int, default=48,
+                       help="new tokens per prompt when measuring the card's α and τ after training")
     train.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="the teacher's dtype")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
@@ -294,6 +296,8 @@ def train_command(args) -> int:
     from engines.training.recipes import DEFAULT_CORPUS, train_drafters
     from engines.training.train import TrainConfig
 
+    if args.acceptance_tokens < 1:
+        raise ValueError(f"acceptance_tokens must be >= 1, got {args.acceptance_tokens}")
     options = {}
     if args.drafter == "exit":
         options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),
@@ -335,7 +339,7 @@ def train_command(args) -> int:
     from .drafter_cards import record_acceptance
 
     for name, card in saved:
-        acceptance = record_acceptance(engine, name)
+        acceptance = record_acceptance(engine, name, max_new_tokens=args.acceptance_tokens)
         print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']}, final loss "
               f"{card['training']['loss_curve'][-1][1]:.3f}; γ=5 greedy α {acceptance['greedy']['alpha']}, "
               f"τ {acceptance['greedy']['tau']}")

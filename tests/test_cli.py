@@ -89,14 +89,16 @@ def test_bench_checkpoints_after_each_prompt(real_engine, tmp_path):
 
 
 def test_train_command_writes_a_card_with_measured_acceptance(tmp_path):
-    """`specviz train` end to end on the real target: one step on a few corpus records, then the card."""
+    """`specviz train` end to end on the real target: one step on a few corpus records, then the card (its
+    acceptance measured on 6 new tokens a prompt: the 48 of a real card cost a minute here)."""
     lines = (pathlib.Path(__file__).parents[1] / "data" / "distill" / "corpus.jsonl").read_text().splitlines()
     heldout = [line for line in lines[:200] if held_out(json.loads(line))]
     records = lines[:3] + heldout[:1]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(records) + "\n")
     done = subprocess.run([sys.executable, "-m", "specviz.cli", "train", "exit", "--exit-layers", "4", "--heads", "norm",
-                           "--max-steps", "1", "--batch-tokens", "256", "--corpus", str(corpus), "--dtype", "float32"],
+                           "--max-steps", "1", "--batch-tokens", "256", "--corpus", str(corpus), "--dtype", "float32",
+                           "--acceptance-tokens", "6"],
                           capture_output=True, text=True, env={**ENV, "SPECVIZ_DRAFTS": str(tmp_path)}, timeout=600)
     assert done.returncode == 0, done.stderr
     card = json.loads((tmp_path / "exit@4-norm" / "card.json").read_text())
