@@ -71,7 +71,7 @@ test-all: install browser-deps
 
 # The README's screenshots: the browser test saves them, this copies them (scaled) into docs/screenshots/.
 screenshots: install browser-deps
-	$(PY) -m pytest -q tests/test_browser.py
+	SPECVIZ_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser.py
 	$(PY) scripts/copy_screenshots.py
 
 # Execute every notebook and store its outputs in it (plotly figures as PNGs, widgets as a note), so GitHub

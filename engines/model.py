@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,15 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specviz"
     )
     return Path(root)
+
+
+def write_cache_file(path: Path, text: str) -> None:
+    """Write a cache file so that no reader ever sees half of it: several processes share the cache (the
+    dashboard, a notebook, parallel test workers), and one may read while another writes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    staging.write_text(text)
+    os.replace(staging, path)
 
 
 def cpu_flags() -> frozenset[str]:
@@ -95,7 +105,9 @@ def _default_model_dir() -> Path:
     gguf = _gguf_path()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    staging = target.with_name(target.name + ".partial")
+    # one staging folder per process: two first loads at once (a notebook and the dashboard, two test
+    # workers) each write their own, the first rename wins and the other's copy is dropped
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     # GGUF-loaded models refuse save_pretrained; once dequantized they are plain fp32 Llama weights,
     # so the config is saved without its quantization marker and the weights with safetensors directly.
     config = model.config
@@ -104,7 +116,12 @@ def _default_model_dir() -> Path:
     config.save_pretrained(staging)
     save_model(model, str(staging / "model.safetensors"))
     tokenizer.save_pretrained(staging)
-    staging.rename(target)  # atomic: an interrupted first load never leaves a half-written cache
+    try:
+        staging.rename(target)  # atomic: an interrupted first load never leaves a half-written cache
+    except OSError:  # another process renamed its copy first
+        if not (target / "config.json").exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

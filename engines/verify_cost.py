@@ -159,9 +159,10 @@ def load_curve(key: str) -> VerifyCost | None:
 
 
 def save_curve(curve: VerifyCost) -> Path:
+    from .model import write_cache_file
+
     path = curve_path(curve.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(curve.to_dict(), indent=1) + "\n")
+    write_cache_file(path, json.dumps(curve.to_dict(), indent=1) + "\n")
     return path
 
 

@@ -7,9 +7,18 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Parallel test workers (pytest-xdist, as `make test` runs them) share the machine's cores: each computes on
+# one thread, and so does every process it starts (a CLI run, the dashboard's server), since OpenMP threads
+# that outnumber the cores spin-wait on each other and crawl.
+PARALLEL_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+if PARALLEL_WORKER:
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+
+if PARALLEL_WORKER:
+    torch.set_num_threads(1)
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engines import Engine

@@ -438,10 +438,10 @@ def _message_cost_path() -> Path:
 def save_message_cost(cost: MessageCost | None) -> None:
     if cost is None:
         return
-    path = _message_cost_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
-                                "measured": time.strftime("%Y-%m-%d %H:%M")}))
+    from ..model import write_cache_file
+
+    write_cache_file(_message_cost_path(), json.dumps({"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
+                                                       "measured": time.strftime("%Y-%m-%d %H:%M")}))
 
 
 # What a message costs where lanes cannot run to measure it (no torch.distributed): a loopback hop of
