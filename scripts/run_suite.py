@@ -24,10 +24,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_CELL_TIMEOUT_S = 300  # one cell; a hang fails in minutes, never at CI's limit
-# Two pytest-xdist workers, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS for notebook
-# kernels and every process a test starts): much of the suite waits on process starts, model loads, pages and
-# lanes, which overlap. Measured on a 2-core Xeon: tests 408 s in parallel against ~500 s one after another,
-# notebooks 106 s against ~170 s. ``--workers 1`` runs them one at a time with the machine's threads.
+# Two pytest-xdist workers for the tests, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS
+# for every process a test starts): much of the suite waits on process starts, model loads, pages and lanes,
+# which overlap. Measured on a 2-core Xeon: 408 s in parallel against ~500 s one after another. ``--workers 1``
+# runs them one at a time with the machine's threads. The notebooks run one at a time: Jupyter kernels
+# started side by side can race for the same ports (jupyter/jupyter_client#487), and once here a kernel sat
+# idle for five minutes while nbmake waited on it.
 WORKERS = 2
 
 
@@ -56,17 +58,16 @@ def main() -> int:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     parallel = ["-n", str(args.workers)] if args.workers > 1 else []
-    if parallel:
-        env["OMP_NUM_THREADS"] = "1"
+    test_env = {**env, "OMP_NUM_THREADS": "1"} if parallel else env
     python = sys.executable
     marker = [] if args.all else ["-m", "not slow"]
     test_code, test_time = run([python, "-m", "pytest", "-q", "--durations=15", *parallel, *marker, *pytest_args,
-                                "tests"], env)
+                                "tests"], test_env)
 
     notebook_code, notebook_time = 0, None
     if not args.no_notebooks:
         notebook_env = {**env, "SPECVIZ_QUICK": "0" if args.full_notebooks else "1"}
-        notebook_code, notebook_time = run([python, "-m", "pytest", "-q", "--durations=0", "--timeout=900", *parallel,
+        notebook_code, notebook_time = run([python, "-m", "pytest", "-q", "--durations=0", "--timeout=900",
                                             "--nbmake", f"--nbmake-timeout={NOTEBOOK_CELL_TIMEOUT_S}", "notebooks"],
                                            notebook_env)
 
