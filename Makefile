@@ -62,7 +62,7 @@ browser-deps:
 # The suite, then every notebook under nbmake in quick mode (SPECVIZ_QUICK=1: fewer tokens, one sweep point,
 # fast emulated flash; every cell runs), then how long set-up, tests and notebooks took. Budget: 15 minutes
 # on a 2-core machine, set-up included. Tests marked `slow` are left out; `make test-all` runs them too (about
-# 5 minutes more; it prints its own durations). A test that hangs fails after 5 minutes (pytest-timeout).
+# 2 minutes more on a 2-core Xeon; it prints its own durations). A test that hangs fails after 5 minutes (pytest-timeout).
 test: install browser-deps
 	$(PY) scripts/run_suite.py --since $(STARTED)
 
