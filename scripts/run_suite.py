@@ -32,10 +32,10 @@ QUICK_CELL_TIMEOUT_S = 120
 QUICK_RERUNS = 1
 # Two pytest-xdist workers for the tests, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS
 # for every process a test starts): much of the suite waits on process starts, model loads, pages and lanes,
-# which overlap. Measured on a 2-core Xeon: 408 s in parallel against ~500 s one after another. ``--workers 1``
-# runs them one at a time with the machine's threads. The notebooks run one at a time: Jupyter kernels
-# started side by side can race for the same ports (jupyter/jupyter_client#487), and once here a kernel sat
-# idle for five minutes while nbmake waited on it.
+# which overlap. Measured on a 2-core Xeon: 408 s in parallel; one after another the whole suite took 688 s,
+# about 500 s without what is now marked slow. ``--workers 1`` runs them one at a time with the machine's
+# threads. The notebooks run one at a time: Jupyter kernels started side by side can race for the same ports
+# (jupyter/jupyter_client#487), a risk not worth the minute it would save.
 WORKERS = 2
 
 
