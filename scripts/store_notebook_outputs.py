@@ -7,7 +7,8 @@ executes each notebook with nbclient (kernel ``python3``, in the notebook's own 
 
 - every plotly figure (``application/vnd.plotly.v1+json``, or ``text/html`` carrying plotly.js) becomes
   a static PNG rendered from the figure's JSON by kaleido (plotly's exporter);
-- every ipywidgets view becomes a one-line note, and the notebook's widget state is dropped;
+- every ipywidgets view becomes what it showed when its cell finished (its ``Output`` widgets' figures, as
+  PNGs), then a one-line note that it is interactive; the notebook's widget state is dropped;
 - long text is cut to its first lines, and an HTML output over a size cap is dropped.
 
 ``make notebook-outputs`` installs kaleido (the ``outputs`` extra; it drives the system Chromium) and
@@ -49,6 +50,8 @@ PNG_SCALE = 1  # 1 layout pixel = 1 image pixel: sharp enough on GitHub, a third
 MAX_TEXT_LINES = 60  # a stream or text/plain output keeps this many lines, then a "trimmed" marker
 MAX_HTML_BYTES = 100_000  # a pandas table is a few kB; anything bigger is dropped (text/plain stays)
 WIDGET_NOTE = "(interactive widget: run the notebook to use it)"
+WIDGET_STATE_NOTE = "(interactive widget: its initial state is shown above; run the notebook to use it)"
+WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 PLOTLY_NOTE = "(plotly figure: run the notebook to see it)"
 
 Render = Callable[[dict], bytes]  # a plotly figure's JSON -> PNG bytes
@@ -121,24 +124,48 @@ def _note(text: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_output("display_data", data={"text/plain": text})
 
 
-def _shrink_output(output: nbformat.NotebookNode, render: Render | None, stats: dict) -> nbformat.NotebookNode:
+def widget_outputs(state: dict, model_id: str) -> list[dict]:
+    """What a widget showed when its cell finished: the outputs its ``Output`` widgets held (nbclient records
+    them in the notebook's widget state), depth first through the children, in the order they are laid out."""
+    model = state.get(model_id) or {}
+    inner = model.get("state", {})
+    found = list(inner.get("outputs", [])) if model.get("model_name") == "OutputModel" else []
+    for child in inner.get("children", []):
+        if isinstance(child, str) and child.startswith("IPY_MODEL_"):
+            found += widget_outputs(state, child.removeprefix("IPY_MODEL_"))
+    return found
+
+
+def _with_metadata(output: dict) -> dict:
+    """A display output as nbformat wants it (an ``Output`` widget's record may omit its empty metadata)."""
+    if output.get("output_type") in ("display_data", "execute_result") and "metadata" not in output:
+        return {**output, "metadata": {}}
+    return output
+
+
+def _shrink_output(output: nbformat.NotebookNode, render: Render | None, stats: dict,
+                   widget_state: dict) -> list[nbformat.NotebookNode]:
+    """The small, static outputs that stand for ``output``: usually one; a widget becomes what it showed
+    at the end of its cell (figures as PNGs), then a note that it is interactive."""
     kind = output.get("output_type")
     if kind == "stream":
         output["text"] = trim_text(_text(output.get("text", "")))
-        return output
+        return [output]
     if kind not in ("display_data", "execute_result"):
-        return output  # errors stay whole: a stored traceback is what a reader needs to see
+        return [output]  # errors stay whole: a stored traceback is what a reader needs to see
     data = output.get("data", {})
     if WIDGET_MIME in data:
         stats["widgets"] += 1
-        return _note(WIDGET_NOTE)
+        shown = [shrunk for inner in widget_outputs(widget_state, data[WIDGET_MIME].get("model_id", ""))
+                 for shrunk in _shrink_output(nbformat.from_dict(_with_metadata(inner)), render, stats, widget_state)]
+        return shown + [_note(WIDGET_STATE_NOTE if shown else WIDGET_NOTE)]
     fig = data.get(PLOTLY_MIME)
     html = _text(data["text/html"]) if "text/html" in data else None
     if fig is None and html is not None and is_plotly_html(html):
         fig = figure_from_plotly_html(html)
         if fig is None:  # plotly HTML we cannot read a figure from: nothing GitHub could show anyway
             stats["figures_lost"] += 1
-            return _note(PLOTLY_NOTE)
+            return [_note(PLOTLY_NOTE)]
     if fig is not None:
         if render is None:
             raise ValueError("a plotly figure needs a renderer (kaleido) to become a PNG")
@@ -152,27 +179,31 @@ def _shrink_output(output: nbformat.NotebookNode, render: Render | None, stats: 
         new = nbformat.v4.new_output(kind, data=bundle)
         if kind == "execute_result":
             new["execution_count"] = output.get("execution_count")
-        return new
+        return [new]
     if html is not None and len(html.encode()) > MAX_HTML_BYTES:
         stats["html_dropped"] += 1
         del data["text/html"]
         if not data:
-            return _note(f"(an HTML output of {len(html.encode()) // 1000} kB was dropped: run the notebook to see it)")
+            return [_note(f"(an HTML output of {len(html.encode()) // 1000} kB was dropped: run the notebook to see it)")]
     if "text/plain" in data:
         data["text/plain"] = trim_text(_text(data["text/plain"]))
-    return output
+    return [output]
 
 
 def shrink_notebook(nb: nbformat.NotebookNode, render: Render | None = None) -> dict:
     """Rewrite ``nb``'s outputs in place to small, static ones; return counts of what changed.
 
     ``render`` turns a plotly figure's JSON into PNG bytes (``kaleido_renderer`` gives one); it is only
-    called when the notebook holds a plotly figure. Execution counts and cell metadata are kept.
+    called when the notebook holds a plotly figure. A widget is stored as what it showed when its cell
+    finished, read from the widget state nbclient saved, and the state is then dropped. Execution counts and
+    cell metadata are kept.
     """
     stats = {"pngs": 0, "widgets": 0, "html_dropped": 0, "figures_lost": 0}
+    widget_state = nb.metadata.get("widgets", {}).get(WIDGET_STATE_MIME, {}).get("state", {})
     for cell in nb.cells:
         if cell.get("cell_type") == "code":
-            cell["outputs"] = [_shrink_output(output, render, stats) for output in cell.get("outputs", [])]
+            cell["outputs"] = [shrunk for output in cell.get("outputs", [])
+                               for shrunk in _shrink_output(output, render, stats, widget_state)]
     nb.metadata.pop("widgets", None)  # ipywidgets' saved state: large, and useless without a kernel
     return stats
 

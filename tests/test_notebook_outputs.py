@@ -208,3 +208,28 @@ def test_kaleido_renders_a_real_png():
     width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
     assert (width, height) == (store.PNG_WIDTH * store.PNG_SCALE, 300 * store.PNG_SCALE)
     assert 2_000 < len(png) < 100_000  # a drawn figure, not an empty canvas
+
+
+def test_a_widget_is_stored_as_what_it_showed_then_a_note():
+    """An explorer (a VBox of sliders over an Output widget holding a figure) keeps its initial figure as a
+    PNG, read from the widget state nbclient saved, with the note after it."""
+    fig = _tiny_figure()
+    plotly_bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+    new = nbformat.v4
+    view = {store.WIDGET_MIME: {"model_id": "box", "version_major": 2, "version_minor": 0}, "text/plain": "VBox()"}
+    nb = new.new_notebook(cells=[new.new_code_cell("explorer()", execution_count=1,
+                                                   outputs=[new.new_output("display_data", data=view)])])
+    nb.metadata["widgets"] = {store.WIDGET_STATE_MIME: {"state": {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_out"]}},
+        "slider": {"model_name": "IntSliderModel", "state": {"value": 3}},
+        "out": {"model_name": "OutputModel", "state": {"outputs": [
+            {"output_type": "stream", "name": "stdout", "text": "α = 0.8\n"},
+            {"output_type": "display_data", "data": plotly_bundle, "metadata": {}}]}}}}}
+    render = FakeRender()
+    stats = store.shrink_notebook(nb, render)
+    nbformat.validate(nb)
+    assert stats["widgets"] == 1 and stats["pngs"] == 1 and "widgets" not in nb.metadata
+    text, picture, note = nb.cells[0].outputs
+    assert text.text == "α = 0.8\n"
+    assert base64.b64decode(picture.data["image/png"]) == b"\x89PNG fake"
+    assert note.data == {"text/plain": store.WIDGET_STATE_NOTE}
