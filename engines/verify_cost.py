@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from .kernels import KernelPlan, available_kernels, install
-from .model import cache_dir
+from .model import cache_dir, write_cache_file
 
 CURVE_VERSION = 1
 FUSED = "fused"  # the curve's label for forwards through engines.fused_layer (packed oneDNN products)
@@ -159,8 +159,6 @@ def load_curve(key: str) -> VerifyCost | None:
 
 
 def save_curve(curve: VerifyCost) -> Path:
-    from .model import write_cache_file
-
     path = curve_path(curve.key)
     write_cache_file(path, json.dumps(curve.to_dict(), indent=1) + "\n")
     return path

@@ -91,8 +91,8 @@ with ppsd_box:
                            help="Run ar, eesd and the serial schedule on one core with one thread, as each PPSD "
                                 "stage runs: the Gantt then compares lane with lane. Off (the fair comparison): "
                                 "they use every core, as they would in production.")
-    if ph.one_core_note(can_pin()):
-        st.caption(ph.one_core_note(can_pin()))
+    if pin_note := ph.one_core_note(can_pin()):
+        st.caption(pin_note)
 
 with settings_box:
     st.header("Generation")

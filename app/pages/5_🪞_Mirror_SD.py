@@ -92,8 +92,8 @@ with method_box:
     one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
                            help="Run the serial schedule and sps on one core with one thread, as each lane of a "
                                 "lanes run does.")
-    if vh.one_core_note(can_pin()):
-        st.caption(vh.one_core_note(can_pin()))
+    if pin_note := vh.one_core_note(can_pin()):
+        st.caption(pin_note)
 
 with settings_box:
     st.header("Generation")
