@@ -3,8 +3,8 @@
 The draft keeps a KV cache of the committed sequence and the window under verification (the *glue*:
 SSD §5.2 step 1). A branch is a guessed verdict — ``k`` window tokens accepted, then a root token — so
 it sees the committed prefix plus the first ``k`` window tokens, and its root sits at the position
-right after them. All branches advance together, one tree-masked draft forward per step (methods.md
-§3.2 step 3, §5.2 step 3): each row sees the linear prefix its branch sees, its own branch's earlier
+right after them. All branches advance together, one tree-masked draft forward per step (Mirror-SD's
+rollout, SSD's §5.2 step 3): each row sees the linear prefix its branch sees, its own branch's earlier
 rows and itself, never a sibling's. The tree rows are dropped again after the rollout.
 
 With the speculative-streaming draft (``ss``) each step also runs S lookahead streams at every branch's

@@ -1,4 +1,4 @@
-"""The speculation cache Mirror-SD and SSD share (methods.md §3 structural note, §5.2–5.4).
+"""The speculation cache Mirror-SD and SSD share (the SSD paper's §5.2–5.4; docs/mirror-and-ssd.md).
 
 While the target verifies a window, the draft prepares the *next* window for each verdict it thinks
 likely — ``k`` draft tokens accepted, then token ``t`` (the correction, or the bonus after all K) — and

@@ -2,7 +2,7 @@
 
 **Why.** On an edge device (a phone, a Jetson AGX Orin with ≤ 16 GB of shared DRAM) the model does
 not fit in memory. The layers that do not fit are read from flash on every forward, at ~2 GB/s, and
-that traffic — not the arithmetic — sets the speed. This is the setting of CATS (methods.md §7): a
+that traffic — not the arithmetic — sets the speed. This is the setting of CATS (paper 004): a
 memory-limited method is judged by the bytes it streams per token, and a speculative method pays off
 when one pass over the streamed layers verifies many tokens. To study it on an ordinary machine, a run
 can be given a budget ``memory_budget_mb`` (M) and a flash bandwidth ``flash_mb_s`` (B); every method
@@ -27,7 +27,7 @@ then runs under the same rules, with real reads from disk rather than a cost mod
   reads are not throttled.
 - MB means 10⁶ bytes, as in flash bandwidths.
 
-**The paper's two modes** (the paper is inconsistent about which one it runs; methods.md §7.1):
+**The paper's two modes** (the paper is inconsistent about which one it runs):
 
 - ``stream="deep"`` (default) — Algorithm 1: layers 0..k−1 stay resident. Every other layer is
   streamed on every forward that uses it and dropped right after that forward.
@@ -45,7 +45,7 @@ therefore holds up to two chunks beyond the budget: the one computing and the on
 
 **Chunk size.** The default ``chunk_layers=1``:
 
-- At the bandwidths that make flash dominate (100–200 MB/s on a CPU, methods.md §7.1), the reader is
+- At the bandwidths that make flash dominate (100–200 MB/s on a CPU), the reader is
   the bottleneck. A 7 MB bf16 SmolLM2 layer takes ~35 ms to read and ~1 ms to compute, so larger
   chunks cannot make a forward faster.
 - Larger chunks enlarge the two-chunk buffer beyond the budget.

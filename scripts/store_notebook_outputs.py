@@ -126,10 +126,16 @@ def _note(text: str) -> nbformat.NotebookNode:
 
 def widget_outputs(state: dict, model_id: str) -> list[dict]:
     """What a widget showed when its cell finished: the outputs its ``Output`` widgets held (nbclient records
-    them in the notebook's widget state), depth first through the children, in the order they are laid out."""
+    them in the notebook's widget state) and the text of its ``HTML`` widgets (a live run's token stream and
+    stats), depth first through the children, in the order they are laid out."""
     model = state.get(model_id) or {}
     inner = model.get("state", {})
-    found = list(inner.get("outputs", [])) if model.get("model_name") == "OutputModel" else []
+    found = []
+    if model.get("model_name") == "OutputModel":
+        found = list(inner.get("outputs", []))
+    elif model.get("model_name") == "HTMLModel" and str(inner.get("value", "")).strip():
+        found = [{"output_type": "display_data", "metadata": {},
+                  "data": {"text/html": inner["value"], "text/plain": "<HTML widget>"}}]
     for child in inner.get("children", []):
         if isinstance(child, str) and child.startswith("IPY_MODEL_"):
             found += widget_outputs(state, child.removeprefix("IPY_MODEL_"))

@@ -1,4 +1,4 @@
-"""CATS (paper 004, methods.md §7) drawn from a run's events: the cycle's tree, the io/compute Gantt, the
+"""CATS (paper 004; docs/trees-and-cats.md) drawn from a run's events: the cycle's tree, the io/compute Gantt, the
 shallow verifier against the target, and the sweeps that put measurement beside the §7.6 time model.
 
 Everything reads the engine's event stream (``ShallowVerification``, ``DraftTree``, ``Verification``,

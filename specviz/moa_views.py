@@ -1,4 +1,4 @@
-"""Mixture of Attentions (MoA, methods.md §4) drawn from one run's events, or from benchmark results.
+"""Mixture of Attentions (MoA, paper 001; docs/moa.md) drawn from one run's events, or from benchmark results.
 
 MoA's drafter reads every layer of the target: the server turns the newly verified tokens' keys/values at
 all layers into cross-attention memory (**LSA**, once per cycle), and the client drafts with a causal
@@ -464,7 +464,7 @@ def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden
 def cycle_time_rows(t_draft: float, t_verify: float, t_lsa: float, accepted: int, nodes: int, tli: int = 0,
                     hidden: int = 576, kv_width: int = 192, bytes_per_value: float = 1.0,
                     profiles: Sequence[str] = ("base", "5g", "4g")) -> list[dict]:
-    """The [derived] cycle time T = T_draft + RTT + 8(bytes up + down)/BW + T_verify + T_LSA (methods.md §4.5) for
+    """The [derived] cycle time T = T_draft + RTT + 8(bytes up + down)/BW + T_verify + T_LSA (docs/moa.md) for
     MoA, EAGLE and an independent draft under each profile (mean RTT: twice base delay + jitter mean; no loss):
     ``{profile, drafter, draft, rtt, transfer, verify, lsa, total}`` in seconds (LSA is MoA's only)."""
     sizes = table7_rows(accepted, nodes, tli, hidden, kv_width, bytes_per_value)
@@ -500,7 +500,7 @@ def cycle_time_figure(t_draft: float, t_verify: float, t_lsa: float, accepted: i
                                  text=[f"{tau / r['total']:.0f} tok/s" for r in rows], textposition="top center"))
     fig.update_layout(title=dict(text="One client–server cycle: T_draft + RTT + 8(B_up + B_down)/BW + T_verify + T_LSA"
                                       f"<br><sup>A = {accepted}, M = {nodes}, TLI = {tli}, mean RTT, no loss"
-                                      + (f", τ = {tau:g}" if tau else "") + " · [derived], methods.md §4.5</sup>"),
+                                      + (f", τ = {tau:g}" if tau else "") + " · [derived], docs/moa.md</sup>"),
                       barmode="stack", height=400, margin=dict(t=80, b=40), yaxis=dict(title="ms per cycle"),
                       legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"))
     return fig

@@ -1,4 +1,5 @@
-"""Speculation on the verdict (Mirror-SD, methods.md §3; SSD, §5) drawn from one run's events.
+"""Speculation on the verdict (Mirror-SD, paper 000; SSD, paper 002; docs/mirror-and-ssd.md) drawn from one
+run's events.
 
 Both methods let the draft lane prepare round t+1's window while the target is still verifying round t:
 Mirror from the target's early exit (top-κ at each of the γ+1 positions), SSD from the draft's own logits
@@ -560,7 +561,7 @@ def hypothesis_grid(events: Sequence[Event], round_: int | None = None,
 
 
 def overlap_rate(events: Sequence[Event]) -> dict:
-    """Measured Ω_κ (methods.md §3.6, Eq. 9): over every round and position j ≤ A, how often the token the target
+    """Measured Ω_κ (the Mirror-SD paper's Eq. 9): over every round and position j ≤ A, how often the token the target
     took there (the accepted draft for j < A, the correction or bonus c at j = A) was in the early exit's top-κ
     at j. FF ≤ 1 − Ω_κ bounds the fallback rate. ``rank_counts[i]``: how often it was the (i+1)-th choice.
     Returns ``{omega, positions, in_top_k, outside, rank_counts, kappa, exit_layer, rounds}``; ``omega`` is
@@ -624,7 +625,7 @@ def fallback_heatmap(points: Sequence[dict]) -> go.Figure:
 
 
 def mirror_law_figure(t_prefix: float, t_suffix: float, t_rv: float, draft_gen_by_gamma: dict[int, float]) -> go.Figure:
-    """methods.md §3.8 view 5: the overlap budget Δ = T^{l_e+1:N} (the target's suffix) against the draft's
+    """The overlap budget Δ = T^{l_e+1:N} (the target's suffix) against the draft's
     generation time T_gen(γ), with the Mirror step T^{1:l_e} + T_rv + max(Δ, T_gen) and vanilla SD's
     T_target + T_gen beside them. Where T_gen ≤ Δ the Mirror step is flat in γ (zero slope, shaded): a longer
     window is free until the draft no longer fits under the suffix. Times in seconds, drawn in ms."""

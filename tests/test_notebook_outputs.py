@@ -211,8 +211,8 @@ def test_kaleido_renders_a_real_png():
 
 
 def test_a_widget_is_stored_as_what_it_showed_then_a_note():
-    """An explorer (a VBox of sliders over an Output widget holding a figure) keeps its initial figure as a
-    PNG, read from the widget state nbclient saved, with the note after it."""
+    """An explorer (a VBox of sliders over an Output widget holding a figure, and HTML widgets) keeps its
+    initial figure as a PNG and its HTML, read from the widget state nbclient saved, with the note after it."""
     fig = _tiny_figure()
     plotly_bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
     new = nbformat.v4
@@ -220,8 +220,11 @@ def test_a_widget_is_stored_as_what_it_showed_then_a_note():
     nb = new.new_notebook(cells=[new.new_code_cell("explorer()", execution_count=1,
                                                    outputs=[new.new_output("display_data", data=view)])])
     nb.metadata["widgets"] = {store.WIDGET_STATE_MIME: {"state": {
-        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_out"]}},
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_out",
+                                                                  "IPY_MODEL_stats", "IPY_MODEL_blank"]}},
         "slider": {"model_name": "IntSliderModel", "state": {"value": 3}},
+        "stats": {"model_name": "HTMLModel", "state": {"value": "<b>τ = 2.1</b>"}},
+        "blank": {"model_name": "HTMLModel", "state": {"value": ""}},
         "out": {"model_name": "OutputModel", "state": {"outputs": [
             {"output_type": "stream", "name": "stdout", "text": "α = 0.8\n"},
             {"output_type": "display_data", "data": plotly_bundle, "metadata": {}}]}}}}}
@@ -229,7 +232,8 @@ def test_a_widget_is_stored_as_what_it_showed_then_a_note():
     stats = store.shrink_notebook(nb, render)
     nbformat.validate(nb)
     assert stats["widgets"] == 1 and stats["pngs"] == 1 and "widgets" not in nb.metadata
-    text, picture, note = nb.cells[0].outputs
+    text, picture, stats_html, note = nb.cells[0].outputs
     assert text.text == "α = 0.8\n"
     assert base64.b64decode(picture.data["image/png"]) == b"\x89PNG fake"
+    assert stats_html.data["text/html"] == "<b>τ = 2.1</b>"  # an HTML widget's text, an empty one left out
     assert note.data == {"text/plain": store.WIDGET_STATE_NOTE}

@@ -108,7 +108,7 @@ with memory_box:
                                  "Below ~500 runs get slow: ar reads every streamed layer for every token.")
     stream_mode = st.selectbox("stream mode", list(ch.STREAM_LABELS), format_func=ch.STREAM_LABELS.get,
                                key="cats:stream", disabled=not use_budget,
-                               help="The paper's two readings (methods.md §7.1): Algorithm 1 pins layers 1..k; "
+                               help="The paper's two readings: Algorithm 1 pins layers 1..k; "
                                     "Fig. 4 streams the whole model once per cycle.")
     if use_budget:
         st.caption(ch.budget_caption(engine.target, resident))

@@ -110,7 +110,7 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
         st.plotly_chart(mv.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
                                              KV_WIDTH, x_b, tau=float(x_a)), key=f"{P}x:cycle")
         st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model). T_cycle = T_draft + RTT + 8(B_up + B_down)/BW + "
-                   "T_verify + T_LSA [derived, methods.md §4.5]; tokens/s = τ/T_cycle with τ = A here.")
+                   "T_verify + T_LSA [derived: docs/moa.md]; tokens/s = τ/T_cycle with τ = A here.")
 
 # --- prompt -------------------------------------------------------------------------------------
 prompt = prompt_picker(example_prompts(), P, "qa")

@@ -1,4 +1,4 @@
-"""Mirror Speculative Decoding (paper 000, methods.md §3): the target's early exit launches the draft.
+"""Mirror Speculative Decoding (paper 000; docs/mirror-and-ssd.md): the target's early exit launches the draft.
 
 Each round the target runs its window through layers 1..l_e, sends the top-κ of its early-exit proxy
 at every one of the γ+1 positions to the draft's lane, and finishes layers l_e+1..N while the draft rolls

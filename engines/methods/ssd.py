@@ -1,4 +1,4 @@
-"""Speculative Speculative Decoding with SAGUARO sampling (paper 002, methods.md §5).
+"""Speculative Speculative Decoding with SAGUARO sampling (paper 002; docs/mirror-and-ssd.md).
 
 While the target verifies the window, the draft on its own lane runs the glue forward over it, takes
 the top-F_k bonus candidates for every accepted length k (the speculated token left out), pre-speculates
