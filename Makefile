@@ -74,9 +74,8 @@ screenshots: install browser-deps
 	SPECVIZ_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser.py
 	$(PY) scripts/copy_screenshots.py
 
-# Execute every notebook and store its outputs in it (plotly figures as PNGs, each widget as its
-# initial state and a note), so GitHub
-# shows them; run after editing a notebook (tests/test_notebook_outputs.py checks they are there and small).
+# Execute every notebook and store its outputs in it (plotly figures as PNGs, each widget as its initial state
+# and a note), so GitHub shows them; run after editing a notebook (tests/test_notebook_outputs.py checks them).
 .PHONY: notebook-outputs
 notebook-outputs: install browser-deps
 	$(PY) -m pip install -q -e ".[outputs]"
