@@ -19,7 +19,7 @@ export TRANSFORMERS_VERBOSITY := error
 # when this make began: `make test` reports set-up time from here (scripts/run_suite.py)
 STARTED := $(shell $(PYTHON) -c "import time; print(time.time())")
 
-.PHONY: install app test test-all test-fast bench browser-deps clean screenshots
+.PHONY: install app test test-all test-fast bench browser-deps clean screenshots peers
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,17 @@ test-fast: install
 
 bench: install
 	$(BIN)/specviz$(EXE) bench --out bench-out
+
+# llama.cpp as a peer in `specviz bench` (rows llamacpp_ar, llamacpp_lookup; docs/benchmarks.md): llama-cpp-python's
+# sdist from PyPI, llama.cpp built from it with cmake (about 4 minutes on 2 cores), its bindings, and the engine's
+# weights converted to GGUF, all cached under ~/.cache/specviz/peers; a rerun skips what is there. Without cmake
+# (or a C/C++ compiler) print one line and succeed: the bench then skips those rows, saying so.
+peers: install
+	@if command -v cmake >/dev/null 2>&1; then \
+	  $(PY) -m specviz.llamacpp_peer setup; \
+	else \
+	  echo "peers: skipped, building llama.cpp needs cmake and a C/C++ compiler on PATH (specviz bench skips llamacpp_* rows)"; \
+	fi
 
 clean:
 	rm -rf $(VENV) bench-out .pytest_cache

@@ -3,7 +3,9 @@
 Methods are written ``name`` or ``name(option=value,...)``, e.g. ``sps(draft_layers=4,gamma=5)``;
 ``instrument=false`` turns detailed tracing off (to measure its overhead); ``threads=1`` runs the method
 on one core with one thread (``ar(threads=1)`` is the one-lane baseline that virtual-clock rows are
-compared with). ``hf_ar`` and ``hf_pld`` are Hugging Face ``generate`` on the same model. Runs are interleaved prompt by prompt, so slow drift
+compared with). ``hf_ar`` and ``hf_pld`` are Hugging Face ``generate`` on the same model; ``llamacpp_ar`` and
+``llamacpp_lookup`` are llama.cpp on the same weights (:mod:`specviz.llamacpp_peer`; skipped with a note where
+``make peers`` has not brought it). Runs are interleaved prompt by prompt, so slow drift
 of the machine's speed spreads over all methods alike; ``ar`` always runs, as the speedup denominator.
 """
 
@@ -28,6 +30,8 @@ from engines.lanes import pinned
 from engines.verify_cost import measure_bandwidth, weight_bytes
 
 from .hf_baselines import HF_METHODS, hf_generate
+from . import llamacpp_peer
+from .llamacpp_peer import PEER_METHODS
 from .pipeline import pipeline_metrics
 from .prompts import DEFAULT_PROMPTS, load_prompts
 from .sweep import draft_seconds
@@ -95,7 +99,7 @@ def parse_method(spec: str) -> MethodSpec:
     threads = options.pop("threads", None)
     if threads not in (None, 1):
         raise ValueError(f"method spec {spec!r}: threads must be 1 (one core, one thread) or left out, got {threads!r}")
-    if name in HF_METHODS:
+    if name in HF_METHODS or name in PEER_METHODS:
         if options:
             raise ValueError(f"{name} takes no options, got {sorted(options)}")
     else:
@@ -128,8 +132,9 @@ class Tally:
         self.link_bytes = self.link_messages = self.link_resends = 0
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
-            target_calls: int | None = None, events=None):
-        """``stats`` from the engine's runs; Hugging Face's give only ``target_calls`` (τ but no α)."""
+            target_calls: int | None = None, events=None, drafted: int | None = None, accepted: int | None = None):
+        """``stats`` from the engine's runs; Hugging Face's give only ``target_calls`` (τ but no α), llama.cpp's
+        prompt lookup ``target_calls``, ``drafted`` and ``accepted`` (τ and α)."""
         self.new_tokens += new_tokens
         self.decode_seconds += decode_seconds
         self.turns += 1
@@ -139,6 +144,9 @@ class Tally:
             if target_calls:
                 self.rounds += target_calls - 1  # the first call is the prefill, which yields the first token
                 self.round_tokens += max(new_tokens - 1, 0)
+            if drafted is not None:
+                self.drafted += drafted
+                self.accepted += accepted or 0
         else:
             self.has_rounds = True
             self.rounds += stats.rounds
@@ -287,11 +295,28 @@ def _add_counts(a: list[int], b: list[int]) -> list[int]:
 
 
 def default_methods() -> list[str]:
-    """The baselines, plus the trained-drafter rows when ``data/drafts`` holds those drafters."""
+    """The baselines, plus the trained-drafter rows when ``data/drafts`` holds those drafters, plus llama.cpp's
+    rows when ``make peers`` has brought it."""
     from engines.drafters.trained import available
 
     shipped = set(available())
-    return DEFAULT_METHODS + [method for method, drafter in TRAINED_METHODS.items() if drafter in shipped]
+    peers = list(PEER_METHODS) if llamacpp_peer.unavailable_reason() is None else []
+    return DEFAULT_METHODS + [method for method, drafter in TRAINED_METHODS.items() if drafter in shipped] + peers
+
+
+def skip_unavailable_peers(engine: Engine, specs: list[MethodSpec], temperature: float,
+                           say: Callable[[str], None] = print) -> tuple[list[MethodSpec], dict[str, str]]:
+    """The specs left to run, and a note per llama.cpp row that can not run here (said once, recorded in the
+    results). A llama.cpp row asked for at temperature > 0 is refused, installed or not: it runs greedy only."""
+    peers = [s for s in specs if s.name in PEER_METHODS]
+    for spec in peers:
+        llamacpp_peer.check_temperature(spec.label, temperature)
+    reason = llamacpp_peer.unavailable_reason(engine.name, engine.dtype) if peers else None
+    if reason is None:
+        return specs, {}
+    skipped = {spec.label: llamacpp_peer.skip_note(reason) for spec in peers}
+    say("; ".join(f"{label}: {note}" for label, note in skipped.items()))
+    return [s for s in specs if s.name not in PEER_METHODS], skipped
 
 
 def select_prompts(prompts, limit: int | None = None, per_category: int | None = None):
@@ -320,6 +345,8 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, parse_method("ar"))
     memory = check_memory_budget(engine, specs, memory)
+    specs, skipped = skip_unavailable_peers(engine, specs, temperature)
+    notes = {"skipped": skipped, "peer": peer_setup(engine, specs)}
     specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
     prompts = select_prompts(load_prompts(prompts_path), limit, per_category)
     ceiling = machine_ceiling(engine)
@@ -338,16 +365,30 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
                 if spec.label == "ar":
                     ar_answers.append(ids)
                 equal = ids == ar_answers[turn_index] if temperature == 0 else None
+                counts = calls if isinstance(calls, dict) else {"target_calls": calls}
                 for key in (prompt.category, "overall"):
-                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting, calls, events)
+                    tallies[spec.label][key].add(len(ids), seconds, equal, stats, drafting, events=events, **counts)
                 messages.append({"role": "assistant", "content": engine.detokenize(ids)})
             bar.update(1)
         if checkpoint and done < len(prompts):
             checkpoint(summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, done, False,
-                                                     memory, ceiling)))
+                                                     memory, ceiling, **notes)))
     bar.close()
     return summarise(tallies, setup_info(engine, prompts_path, max_new_tokens, temperature, len(prompts),
-                                         memory=memory, ceiling=ceiling))
+                                         memory=memory, ceiling=ceiling, **notes))
+
+
+def is_peer(label: str) -> bool:
+    """A row run by another program (llama.cpp), whose output may differ from ``ar``'s by its numerics."""
+    match = _SPEC.match(label)
+    return bool(match) and match.group(1) in PEER_METHODS
+
+
+def peer_setup(engine: Engine, specs: list[MethodSpec]) -> dict | None:
+    """What the results record about llama.cpp when its rows run: versions, weights, which API measured what."""
+    if not any(s.name in PEER_METHODS for s in specs):
+        return None
+    return llamacpp_peer.peer_info(engine.name, engine.dtype)
 
 
 def machine_ceiling(engine: Engine) -> dict:
@@ -365,10 +406,11 @@ def check_memory_budget(engine: Engine, specs: list[MethodSpec], memory: dict | 
     if budget is None:
         return None
     weight_stream.plan_residency(engine.target, budget)
-    refused = [s.label for s in specs if s.name in HF_METHODS]
+    refused = [s.label for s in specs if s.name in HF_METHODS or s.name in PEER_METHODS]
     if refused:
-        raise ValueError(f"{', '.join(refused)} cannot run under memory_budget_mb: Hugging Face's generate keeps the "
-                         "whole model resident; leave the hf_* methods out of a memory-budget bench")
+        raise ValueError(f"{', '.join(refused)} cannot run under memory_budget_mb: Hugging Face's generate and "
+                         "llama.cpp keep the whole model resident; leave the hf_* and llamacpp_* methods out of a "
+                         "memory-budget bench")
     return dict(memory)
 
 
@@ -382,6 +424,9 @@ def summarise(tallies: dict[str, dict[str, "Tally"]], setup: dict) -> dict:
         virtual = any(t.clock == "virtual" for t in by_key.values())
         base = rates.get(ONE_LANE_AR, {}) if virtual else rates["ar"]
         methods[label] = {key: tally.summary(base.get(key)) for key, tally in by_key.items()}
+        if is_peer(label):  # another program: "output = ar" is for information only
+            for summary in methods[label].values():
+                summary["peer"] = "llama.cpp"
     return {"setup": setup, "methods": methods}
 
 
@@ -394,6 +439,12 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
         ids = engine.encode(prompt)
         out = hf_generate(engine, ids, spec.name, max_new_tokens, temperature, seed)
         return out["token_ids"], out["decode_seconds"], None, 0.0, out["target_calls"], None
+    if spec.name in PEER_METHODS:
+        with pinned("cpu0") if spec.threads == 1 else nullcontext():
+            out = llamacpp_peer.peer_generate(engine, engine.encode(prompt), spec.name, max_new_tokens, temperature,
+                                              seed, threads=spec.threads)
+        counts = {"target_calls": out["target_calls"], "drafted": out["drafted"], "accepted": out["accepted"]}
+        return out["token_ids"], out["decode_seconds"], None, 0.0, counts, None
     with pinned("cpu0") if spec.threads == 1 else nullcontext():
         result = engine.run(prompt, spec.name, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                             instrument=spec.instrument, **(memory or {}), **spec.options)
@@ -402,8 +453,12 @@ def run_turn(engine: Engine, spec: MethodSpec, prompt, max_new_tokens, temperatu
 
 
 def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prompts, complete: bool = True,
-               memory: dict | None = None, ceiling: dict | None = None) -> dict:
-    return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}), "model": engine.name, "dtype": engine.dtype,
+               memory: dict | None = None, ceiling: dict | None = None, skipped: dict | None = None,
+               peer: dict | None = None) -> dict:
+    """``skipped``: a note per row asked for that could not run here; ``peer``: llama.cpp's versions and APIs."""
+    return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}),
+            **({"skipped": skipped} if skipped else {}), **({"peer": peer} if peer else {}),
+            "model": engine.name, "dtype": engine.dtype,
             "row_invariant": engine.target.row_invariant, "device": engine.device, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
@@ -439,6 +494,7 @@ def to_markdown(results: dict) -> str:
         if label not in virtual:
             lines.append(f"| {label} | {o['tokens_per_s']:.1f} | {_fmt(o['speedup'])}× | {_fmt(o['tau'])} | "
                          f"{_fmt(o['alpha'])} | {_fmt(o.get('draft_cost'))} | {_fmt(o['equals_ar'], '{:.0%}')} |")
+    lines += peer_notes(setup, methods)
     if virtual:
         lines += ["", "## clock=virtual", "", "Computed for real, one thread, stage after stage; the times are "
                   "replayed on one clock per lane as if each lane had its own core (`engines/lanes/serial.py`). "
@@ -463,6 +519,19 @@ def to_markdown(results: dict) -> str:
         lines.append(f"| {label}{' · clock=virtual' if label in virtual else ''} | " + " | ".join(cells) + " |")
     return "\n".join(lines + position_table(methods) + pipeline_table(methods) + verdict_table(methods) +
                      link_table(methods) + memory_table(setup, methods)) + "\n"
+
+
+def peer_notes(setup: dict, methods: dict) -> list[str]:
+    """Lines under the overall table: rows skipped here and why, and what measured llama.cpp's rows."""
+    lines = [f"- `{label}`: {note}" for label, note in (setup.get("skipped") or {}).items()]
+    peer = setup.get("peer")
+    if peer and any(m["overall"].get("peer") for m in methods.values()):
+        lines.append(f"- llama.cpp rows: llama-cpp-python {peer['llama_cpp_python']} (llama.cpp "
+                     f"{peer['llama_cpp_commit']}) in this process on `{peer['gguf']}`, converted from the engine's "
+                     f"weights; the same prompt token ids, threads and eos; `llamacpp_ar`: {peer['llamacpp_ar']}; "
+                     f"`llamacpp_lookup`: {peer['llamacpp_lookup']}. Their *output = ar* is for information: "
+                     "other kernels round differently, so a greedy answer may part from `ar`'s at a near-tie.")
+    return [""] + lines if lines else []
 
 
 def link_table(methods: dict) -> list[str]:

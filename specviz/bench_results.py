@@ -87,7 +87,8 @@ def method_rows(results: Mapping, category: str = "overall") -> list[dict]:
                      "tok/s": _round(s.get("tokens_per_s"), 1), "speedup": _round(s.get("speedup"), 2),
                      "τ": _round(s.get("tau"), 2), "α": _round(s.get("alpha"), 2),
                      "draft cost c": _round(s.get("draft_cost"), 2),
-                     "output = ar": None if s.get("equals_ar") is None else f"{s['equals_ar']:.0%}",
+                     "output = ar": None if s.get("equals_ar") is None else
+                     f"{s['equals_ar']:.0%}" + (" (other program, for information)" if s.get("peer") else ""),
                      "answers": s.get("turns"), "new tokens": s.get("new_tokens")})
     return rows
 
@@ -120,6 +121,22 @@ def speedups(results: Mapping, category: str = "overall") -> tuple[list[str], li
         notes.append(f"{s.get('tokens_per_s', 0):.1f} tok/s · τ {_fmt(tau)} · α {_fmt(alpha)}"
                      + (" · against ar(threads=1)" if is_virtual(s) else ""))
     return labels, values, notes
+
+
+def skipped_notes(results: Mapping) -> list[str]:
+    """Rows asked for that did not run on the recording machine, each with why (``llamacpp_ar: skipped — run
+    `make peers` (…)``)."""
+    return [f"{label}: {note}" for label, note in (results["setup"].get("skipped") or {}).items()]
+
+
+def peer_line(results: Mapping) -> str | None:
+    """What measured the llama.cpp rows, if the run has any."""
+    peer = results["setup"].get("peer")
+    if not peer or not any((m.get("overall") or {}).get("peer") for m in results["methods"].values()):
+        return None
+    return (f"llama.cpp rows: llama-cpp-python {peer.get('llama_cpp_python', '?')} (llama.cpp "
+            f"{peer.get('llama_cpp_commit', '?')}) on `{peer.get('gguf', '?')}`, the engine's weights converted; their "
+            "output = ar is for information (other kernels round differently).")
 
 
 def setup_line(results: Mapping) -> str:

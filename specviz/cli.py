@@ -104,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", default=None, help="JSON lines (question_id, category, turns); "
                                                        "default data/prompts.jsonl")
     bench.add_argument("--methods", default=None,
-                       help="comma-separated, e.g. 'ar,hf_ar,sps(draft_layers=4,gamma=5),pld,hf_pld'")
+                       help="comma-separated, e.g. 'ar,hf_ar,sps(draft_layers=4,gamma=5),pld,hf_pld'; llamacpp_ar and "
+                            "llamacpp_lookup are llama.cpp on the same weights (after `make peers`; skipped with a "
+                            "note without it)")
     add_model_arguments(bench)
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
@@ -238,11 +240,14 @@ def bench_command(args) -> int:
     from .prompts import DEFAULT_PROMPTS
 
     from .hf_baselines import HF_METHODS
+    from .llamacpp_peer import PEER_METHODS
 
     memory = memory_arguments(args)
     methods = split_methods(args.methods) if args.methods else default_methods()
-    if not args.methods and memory["memory_budget_mb"] is not None:  # HF's generate cannot honour a budget
-        methods = [m for m in methods if m not in HF_METHODS]
+    if not args.methods and memory["memory_budget_mb"] is not None:  # HF's generate and llama.cpp keep all resident
+        methods = [m for m in methods if m not in HF_METHODS and m not in PEER_METHODS]
+    if not args.methods and args.temperature > 0:  # llama.cpp's rows run greedy only
+        methods = [m for m in methods if m not in PEER_METHODS]
     row_invariant = {"auto": None, "on": True, "off": False}[args.row_invariant]
     engine = Engine.load(args.model, args.dtype, args.device, row_invariant=row_invariant)
     results = run_bench(engine, args.prompts or DEFAULT_PROMPTS, methods, args.max_new_tokens, args.temperature,

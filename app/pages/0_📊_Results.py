@@ -59,6 +59,10 @@ name = st.selectbox("recorded run", list(runs), key=f"{P}run",
                     format_func=lambda n: br.run_title(n, results_of(runs[n])))
 results = results_of(runs[name])
 st.caption(br.setup_line(results) + f" · file `{Path(runs[name]).relative_to(br.BENCH_DIR.parent.parent)}`")
+for note in br.skipped_notes(results):  # e.g. llama.cpp's rows where `make peers` had not brought it
+    st.info(note)
+if br.peer_line(results):
+    st.caption(br.peer_line(results))
 
 categories = ["overall", *br.categories(results)]
 if url.get("category") in categories:
