@@ -67,12 +67,13 @@ def model_picker(prefix: str = "") -> tuple[str, Engine]:
 
     st.header("Model")
     choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key=f"{prefix}dtype",
-                          help="auto: bfloat16 where the CPU has native bf16 dot products, else float32.")
+                          help="auto: the faster of float32 and bfloat16 on this machine, measured once and cached.")
     dtype = default_dtype("cpu") if choice == "auto" else choice
     try:
         engine = load_engine(dtype)
     except (ValueError, OSError) as error:
         st.error(f"Could not load the model: {error}")
         st.stop()
-    st.caption(f"{DEFAULT_MODEL} · {engine.target.n_layers} layers · {engine.dtype} · {engine.device}")
+    st.caption(f"{DEFAULT_MODEL} · {engine.target.n_layers} layers · {engine.dtype} · {engine.device}",
+               help=engine.step_description)
     return dtype, engine

@@ -77,6 +77,15 @@ class Engine:
         return engine
 
     @property
+    def step_description(self) -> str:
+        """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.step_choice`)."""
+        from .step_choice import describe
+
+        if self.target.native is None:
+            return f"{self.dtype} through PyTorch's path" + ("" if self._fused else " (Hugging Face's layers)")
+        return describe(self.dtype, self.name)
+
+    @property
     def dtype(self) -> str:
         return str(self.target.dtype).removeprefix("torch.")
 
@@ -125,7 +134,7 @@ class Engine:
         """
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
                 + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else "")
-                + ("+smallm" if self._small_m else ""))
+                + ("+smallm" if self._small_m else "") + ("+native" if self.target.native is not None else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:

@@ -17,6 +17,7 @@ from .exact_numerics import default_row_invariant, use_row_invariant_attention
 from .fused_layer import FusedLlamaLayer, Projection, rms_norm
 from .kernels import KernelPlan, install
 from .kv_cache import KVCache
+from .native.step import NativeStep, native_pass
 
 
 def chain_parents(n: int) -> list[int]:
@@ -66,7 +67,13 @@ def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: 
 
     ``positions`` ``[1, n]`` and ``rotary`` (the rotary embedding's cos/sin for them) are shared by all
     layers; ``mask`` is an additive 4-D mask or ``None`` (a single token, or causal whole sequences).
+    Layers the native step holds run there (:mod:`engines.native.step`), when it can take this forward.
     """
+    layers = list(layers)
+    native = getattr(layers[0], "specviz_native", None) if layers else None
+    if (native is not None and native.runs(hidden, cache)
+            and all(getattr(layer, "specviz_native", None) is native for layer in layers)):
+        return native_pass(native, layers, hidden, positions, mask, cache)
     for layer in layers:
         fused = getattr(layer, "specviz_fused", None)
         if fused is not None and not torch.is_grad_enabled() and not (layer._forward_hooks or layer._forward_pre_hooks):
@@ -100,6 +107,7 @@ class LayerStack:
         self.row_invariant = False
         self.fused = False
         self.packed_head: Projection | None = None
+        self.native: NativeStep | None = None
         self.final_norm = self.backbone.norm
 
     def prepare_inference(self, row_invariant: bool | None = None, fused: bool = True) -> None:
@@ -108,6 +116,7 @@ class LayerStack:
         curve installs the plan tuned for this machine)."""
         self.use_row_invariant(row_invariant)
         self.use_fused_layers(fused)
+        self.use_native(fused)
         plan = KernelPlan(row_invariant=self.row_invariant)
         for module in (self.model, self.fp32_head):
             if module is not None:
@@ -136,6 +145,19 @@ class LayerStack:
             real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
             layer.specviz_fused = (FusedLlamaLayer(layer, self.row_invariant)
                                    if enabled and real and FusedLlamaLayer.supports(layer) else None)
+
+    def use_native(self, enabled: bool = True) -> None:
+        """Run inference forwards of up to 64 rows through the native step (:mod:`engines.native.step`) where it
+        builds and the model fits it; it reads the layers' own weights (no copies), so it stays on under a memory
+        budget. Off: the fused PyTorch layers or Hugging Face's."""
+        self.native = NativeStep.for_stack(self) if enabled else None
+        for layer in self.layers:
+            real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
+            layer.specviz_native = self.native if real or self._streamed(layer) else None
+
+    def _streamed(self, layer: nn.Module) -> bool:
+        """A layer whose weights a memory budget streams in (its hooks fill them before each forward)."""
+        return bool(layer._forward_pre_hooks) and all(p.device.type != "meta" for p in layer.parameters())
 
     def use_fp32_head(self, enabled: bool = True) -> None:
         """Final norm and LM head in fp32 while the layers stay in a 16-bit dtype.
@@ -188,6 +210,10 @@ class LayerStack:
     def run_at(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache, positions: torch.Tensor,
                mask: torch.Tensor | None) -> torch.Tensor:
         """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step)."""
+        layers = self.layers[start:stop]
+        if self.native is not None and self.native.runs(hidden, cache) and all(
+                getattr(layer, "specviz_native", None) is self.native for layer in layers):
+            return native_pass(self.native, layers, hidden, positions, mask, cache)  # no rotary tables needed
         return decoder_pass(self.layers[start:stop], hidden, positions, self.backbone.rotary_emb(hidden, positions),
                             mask, cache)
 
@@ -214,6 +240,8 @@ class LayerStack:
             return head(hidden)[0].float()
         if self.fp32_head is not None:
             return self.fp32_head(hidden.float())[0]
+        if self.native is not None and self.native.runs(hidden, None) and self.model.lm_head.bias is None:
+            return self.native.head(hidden, self.backbone.norm, self.model.lm_head.weight)
         if self.packed_head is not None and not torch.is_grad_enabled():
             return self.packed_head(self.final_norm(hidden))[0].float()
         return self.model.lm_head(self.backbone.norm(hidden))[0].float()

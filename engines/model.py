@@ -65,21 +65,24 @@ def cpu_supports_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
-def default_dtype(device: str = "cpu") -> str:
+def default_dtype(device: str = "cpu", model: str = DEFAULT_MODEL) -> str:
+    """bf16 on a GPU; on a CPU the faster of fp32 and bf16 for ``model``, measured on this machine once
+    (:mod:`engines.step_choice`), never read off a CPU flag."""
     if device == "cuda":
         return "bfloat16"
-    return "bfloat16" if cpu_supports_bf16() else "float32"
+    from .step_choice import default_dtype as measured
+
+    return measured(model)
 
 
-def validate_dtype_device(dtype: str | None, device: str) -> tuple[str, str]:
+def validate_dtype_device(dtype: str | None, device: str, model: str = DEFAULT_MODEL) -> tuple[str, str]:
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but no CUDA device is available")
-    dtype = dtype or default_dtype(device)
-    if dtype not in DTYPES:
+    if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
-    return dtype, device
+    return dtype or default_dtype(device, model), device
 
 
 def _gguf_path() -> Path:
@@ -131,7 +134,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor bars would drown the CLI's own output
-    dtype, device = validate_dtype_device(dtype, device)
+    dtype, device = validate_dtype_device(dtype, device, str(name))
     source = _default_model_dir() if name == DEFAULT_MODEL else name
     kwargs = {"local_files_only": True}
     model = AutoModelForCausalLM.from_pretrained(

@@ -33,6 +33,7 @@ from .model import cache_dir, write_cache_file
 
 CURVE_VERSION = 1
 FUSED = "fused"  # the curve's label for forwards through engines.fused_layer (packed oneDNN products)
+NATIVE = "native"  # ... and through engines.native.step (the C decode step)
 
 
 @dataclass
@@ -237,14 +238,15 @@ def measure(stack, name: str, max_tokens: int = 16, prefix: int = 256, repeats: 
         # fused layers and head run their own products, whatever the plan says: one curve to time; the plan
         # only serves the drafters and the layers a memory budget puts back on HF's path: the small-M kernel
         # where it runs (F.linear for anything it does not take), else plain linear
+        label = NATIVE if getattr(stack, "native", None) is not None else FUSED
         if progress:
-            progress(f"timing forwards of 1..{max_tokens} tokens through the fused layers")
+            progress(f"timing forwards of 1..{max_tokens} tokens through the {label} step")
         drafters_kernel = "small_m" if "small_m" in kernels else "linear"
         install_stack(stack, KernelPlan({1: drafters_kernel}, row_invariant))
         seconds = time_forwards(stack, prefix, ns, repeats)
         threads = torch.get_num_threads()
         return VerifyCost(machine_key(stack.model, name, stack.dtype, stack.device, threads), seconds,
-                          {n: drafters_kernel for n in ns}, {FUSED: seconds}, prefix, threads,
+                          {n: drafters_kernel for n in ns}, {label: seconds}, prefix, threads,
                           measure_bandwidth(stack.device), weight_bytes(stack.model))
     by_kernel = {}
     for kernel in kernels:

@@ -1,4 +1,5 @@
-"""Row-invariant numerics: in bf16 a verification over n tokens must give every row the bits of n one-token
+"""Row-invariant numerics on PyTorch's path (where the native step cannot run; tests/test_native_step.py covers
+it): in bf16 a verification over n tokens must give every row the bits of n one-token
 steps, so that a lossless method's greedy output equals `ar`'s exactly (see engines/exact_numerics.py).
 
 Unit tests run a tiny random bf16 Llama (wide enough that its matmuls take the same kernel paths as the real
@@ -53,6 +54,7 @@ def test_bf16_on_cpu_turns_it_on_and_fp32_does_not(model):
 
 def test_chunked_verification_rows_equal_one_token_steps(model):
     engine = Engine(model, row_invariant=True)
+    engine.target.use_native(False)
     generator = torch.Generator().manual_seed(1)
     for n in (2, 5, 11):
         ids = torch.randint(0, 512, (40 + n,), generator=generator).tolist()
@@ -62,6 +64,7 @@ def test_chunked_verification_rows_equal_one_token_steps(model):
 
 def test_tree_rows_equal_the_steps_along_their_path(model):
     engine = Engine(model, row_invariant=True)
+    engine.target.use_native(False)
     stack = engine.target
     prefix = list(range(3, 43))
     tokens, parents = [7, 8, 9, 10, 11], [-1, 0, 0, 1, 3]  # two branches: 7→8→10→11 and 7→9

@@ -1,4 +1,6 @@
-"""The fused inference layer computes what the Hugging Face layer computes, and steps aside when it must."""
+"""The fused inference layer computes what the Hugging Face layer computes, and steps aside when it must.
+
+It is the PyTorch path: where the native step runs (tests/test_native_step.py), these tests switch it off."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from tests.test_exact_numerics import bf16_llama
 
 
 def logits_of(engine: Engine, ids: list[int]) -> torch.Tensor:
+    engine.target.use_native(False)
     with torch.inference_mode():
         cache = engine.target.new_cache(128)
         engine.target.forward(ids[:-4], cache)
@@ -39,6 +42,7 @@ def test_fp32_one_token_steps_match_the_hugging_face_layers():
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3), fused=True)
 
     def steps() -> torch.Tensor:
+        engine.target.use_native(False)
         with torch.inference_mode():
             cache = engine.target.new_cache(64)
             engine.target.forward(ids[:-3], cache)

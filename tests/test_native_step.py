@@ -1,0 +1,109 @@
+"""The native decode step (engines/native/step.c): the Hugging Face layer's math, row-invariant in every dtype,
+and out of the way where it cannot run. Tiny random Llamas; each test well under a second."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines import Engine
+from engines.layers import chain_parents, tree_mask
+from engines.native import step as native_step
+from tests.conftest import tiny_llama
+from tests.test_exact_numerics import bf16_llama
+
+pytestmark = pytest.mark.skipif(not native_step.available(), reason="the native step does not build here")
+
+
+def logits_of(engine: Engine, ids: list[int], native: bool) -> torch.Tensor:
+    engine.target.use_native(native)
+    with torch.inference_mode():
+        cache = engine.target.new_cache(128)
+        engine.target.forward(ids[:-4], cache)
+        return engine.target.forward(ids[-4:], cache)
+
+
+def test_fp32_native_layers_compute_what_the_hugging_face_layers_compute():
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
+    assert engine.target.native is not None
+    ids = list(range(3, 40))
+    assert torch.allclose(logits_of(engine, ids, True), logits_of(engine, ids, False), atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_native_layers_stay_within_bf16_rounding_of_the_hugging_face_layers():
+    engine = Engine(bf16_llama())
+    ids = list(range(5, 60))
+    native, torch_path = logits_of(engine, ids, True), logits_of(engine, ids, False)
+    assert (native - torch_path).abs().max() < 0.05 * torch_path.abs().max()
+    assert torch.equal(native.argmax(-1), torch_path.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_chunk_and_a_tree_give_each_row_the_bits_of_one_token_steps(dtype):
+    """Row invariance by construction, in fp32 as in bf16: what lets every lossless method's greedy output
+    equal `ar`'s bit for bit."""
+    stack = Engine(bf16_llama(seed=1).to(dtype)).target
+    prefix, chain = list(range(7, 47)), [11, 12, 13, 14, 15]
+    with torch.inference_mode():
+        apart = stack.new_cache(128)
+        stack.forward(prefix, apart)
+        stepped = torch.cat([stack.forward([token], apart) for token in chain])
+        together = stack.new_cache(128)
+        stack.forward(prefix, together)
+        assert torch.equal(stack.forward(chain, together), stepped)
+        # the chain as one branch of a tree whose other branch (99, 98) comes first in node order
+        tree = stack.new_cache(128)
+        stack.forward(prefix, tree)
+        nodes = [11, 99, 98, 12, 13, 14, 15]
+        parents = [-1, 0, 1, 0, 3, 4, 5]
+        tree_logits = stack.forward(nodes, tree, parents)
+        assert torch.equal(tree_logits[[0, 3, 4, 5, 6]], stepped)
+
+
+def test_a_mask_given_explicitly_is_the_causal_default():
+    stack = Engine(tiny_llama(vocab=64, layers=2, seed=2)).target
+    ids = list(range(3, 19))
+    with torch.inference_mode():
+        plain = stack.new_cache(64)
+        stack.forward(ids[:10], plain)
+        expected = stack.logits(stack.run(stack.embed(ids[10:]), 0, stack.n_layers, plain))
+        masked = stack.new_cache(64)
+        stack.forward(ids[:10], masked)
+        n = len(ids) - 10
+        hidden = stack.run_at(stack.embed(ids[10:]), 0, stack.n_layers, masked, torch.arange(10, 10 + n)[None],
+                              tree_mask(10, chain_parents(n), torch.float32, "cpu"))
+        assert torch.equal(stack.logits(hidden), expected)
+
+
+def test_hooked_layers_run_native_with_their_hooks_fired_around_them():
+    """The memory budget's weight streamer hooks layers: they stay on the native step (the same bits as
+    without a budget), and their hooks see every forward."""
+    engine = Engine(tiny_llama(vocab=64, layers=3, seed=4))
+    ids = list(range(3, 30))
+    unhooked = logits_of(engine, ids, True)
+    seen = []
+    layer = engine.target.layers[1]
+    handles = [layer.register_forward_pre_hook(lambda *_: seen.append("before")),
+               layer.register_forward_hook(lambda *_: seen.append("after"))]
+    try:
+        hooked = logits_of(engine, ids, True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(hooked, unhooked)
+    assert seen == ["before", "after"] * 2  # the prefill and the 4-token chunk
+
+
+def test_what_the_native_step_cannot_take_runs_pytorchs_path():
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
+    native = engine.target.native
+    with torch.no_grad():
+        assert native.runs(torch.zeros(1, 3, 32), None)
+        assert not native.runs(torch.zeros(1, native_step.MAX_ROWS + 1, 32), None)  # a long prefill
+        assert not native.runs(torch.zeros(2, 3, 32), None)  # a batch
+    assert not native.runs(torch.zeros(1, 3, 32), None)  # a training pass (gradients on)
+    # a lane's partial model: layers it does not hold are never handed to the native step
+    meta = tiny_llama(vocab=64, layers=2, seed=3)
+    meta.model.layers[0].to("meta")
+    stack = Engine(meta).target
+    assert stack.layers[0].specviz_native is None and stack.layers[1].specviz_native is stack.native
