@@ -23,6 +23,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <sched.h>
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define SPECVIZ_DPBF16 1
@@ -330,6 +331,35 @@ static void rotate(float *x, int64_t head_dim, const float *cos_sin) {
     }
 }
 
+/* The team's meeting point between stages. Spinning alone (OpenMP's barrier) is fastest on an idle machine
+ * but collapses when another process takes a core: a waiting thread spins through its time slice while the
+ * one it waits for is not running (a step took 30x as long with one busy process beside it). So a waiting
+ * thread spins briefly, then yields its core. */
+typedef struct {
+    int count, sense;
+} Barrier;
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void meet(Barrier *b, int team, int *sense) {
+    *sense = !*sense;
+    if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == team) {
+        __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->sense, *sense, __ATOMIC_RELEASE);
+        return;
+    }
+    for (int spins = 0; __atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) != *sense; spins++) {
+        if (spins < 2000) relax();
+        else sched_yield();
+    }
+}
+
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
  * positions [M]; prefix: cache entries before these rows (the same for every layer given);
  * allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
@@ -345,6 +375,7 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
     clear_input(&w.attended, M);
     clear_input(&w.act, M);
     rope_table(w.rope, positions, M, hd, inv_freq, s->rope_scaling);
+    Barrier barrier = {0, 0};
     for (int64_t i = 0; i < M * d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
 
 #pragma omp parallel num_threads(threads)
@@ -354,6 +385,7 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
         thread = omp_get_thread_num();
         team = omp_get_num_threads();
 #endif
+        int sense = 0;
         Input *mine = &w.mine[thread];
         const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread owns whole heads */
         const int64_t u0 = units * thread / team, u1 = units * (thread + 1) / team;
@@ -376,10 +408,9 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
                     }
                 }
             }
-#pragma omp barrier
+            meet(&barrier, team, &sense);
             /* B: attention, one (row, head) per task, keys in cache order, the unseen ones skipped */
-#pragma omp for schedule(static)
-            for (int64_t task = 0; task < M * s->heads; task++) {
+            for (int64_t task = M * s->heads * thread / team; task < M * s->heads * (thread + 1) / team; task++) {
                 int64_t m = task / s->heads, h = task % s->heads, kvh = h / groups;
                 const float *qv = w.qkv + m * qkv_size + h * hd;
                 float *scores = w.scores + (int64_t)thread * s->capacity;
@@ -416,12 +447,13 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
                 }
                 for (int64_t i = 0; i < hd; i++) input_set(&w.attended, bf16, m, h * hd + i, out[i] / total);
             }
+            meet(&barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns) */
             share(d, thread, team, &n0, &n1);
             product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d);
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
-#pragma omp barrier
+            meet(&barrier, team, &sense);
             /* D: norm (own copy), gate and up row by row together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
             share(s->inter, thread, team, &n0, &n1);
@@ -440,7 +472,7 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
                             input_set(&w.act, bf16, m0 + m, c, silu(gate[m * R + c - n]) * up[m * R + c - n]);
                 }
             }
-#pragma omp barrier
+            meet(&barrier, team, &sense);
             /* E: down projection, added to the residual, rounded to the model's dtype at the layer's end */
             share(d, thread, team, &n0, &n1);
             product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d);
@@ -449,7 +481,7 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
                     float value = w.residual[m * d + n] + w.qkv[m * d + n];
                     w.residual[m * d + n] = bf16 ? round_bf16(value) : value;
                 }
-#pragma omp barrier
+            meet(&barrier, team, &sense);
         }
     }
     for (int64_t i = 0; i < M * d; i++) store_hidden(hidden, bf16, i, w.residual[i]);
