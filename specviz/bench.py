@@ -12,8 +12,8 @@ of the machine's speed spreads over all methods alike; ``ar`` always runs, as th
 from __future__ import annotations
 
 import json
-import platform
 import re
+import sys
 from contextlib import nullcontext
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from engines import Engine, get_method
 from engines import weight_stream
 from engines.lanes import pinned
+from engines.step_choice import machine_name
 from engines.verify_cost import measure_bandwidth, weight_bytes
 
 from .hf_baselines import HF_METHODS, hf_generate
@@ -349,9 +350,8 @@ def run_bench(engine: Engine, prompts_path, methods: list[str], max_new_tokens: 
     notes = {"skipped": skipped, "peer": peer_setup(engine, specs)}
     specs.sort(key=lambda s: s.label != "ar")  # ar first: later turns of other methods compare with it
     prompts = select_prompts(load_prompts(prompts_path), limit, per_category)
+    prepare_for_timing(engine, specs, temperature, seed, memory, progress)
     ceiling = machine_ceiling(engine)
-    for spec in specs:  # warm-up: first-call costs (allocator, kernels) must not land on one method
-        run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed, memory)
     tallies: dict[str, dict[str, Tally]] = {s.label: defaultdict(Tally) for s in specs}
     bar = tqdm(total=len(prompts) * len(specs), desc="bench", disable=not progress)
     for done, prompt in enumerate(prompts, 1):
@@ -389,6 +389,22 @@ def peer_setup(engine: Engine, specs: list[MethodSpec]) -> dict | None:
     if not any(s.name in PEER_METHODS for s in specs):
         return None
     return llamacpp_peer.peer_info(engine.name, engine.dtype)
+
+
+def prepare_for_timing(engine: Engine, specs: list[MethodSpec], temperature: float, seed: int, memory: dict | None,
+                       progress: bool = True) -> None:
+    """Everything a first run on a fresh machine would otherwise do inside a timed turn, done before the first:
+    the native step is built when the engine loads and the default dtype chosen there; here the verify-cost
+    curve is measured (it installs the drafters' kernels and sizes ``auto`` drafts) and every method runs
+    twice untimed (drafters loaded, lane workers started, allocator and caches warm). Without this, a fresh
+    machine's first bench measured `ar` at 0.88x Hugging Face's `generate` and later ones at 1.28-1.47x."""
+    say = (lambda text: print(f"bench: {text}", file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    say(engine.step_description)
+    engine.verify_cost(progress=say)
+    say(f"warming up {len(specs)} method(s) before any timed turn")
+    for _ in range(2):
+        for spec in specs:  # first-call costs (allocator, kernels, drafters, workers) must not land on one method
+            run_turn(engine, spec, [1] if engine.tokenizer is None else "Hi", 4, temperature, seed, memory)
 
 
 def machine_ceiling(engine: Engine) -> dict:
@@ -458,9 +474,9 @@ def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prom
     """``skipped``: a note per row asked for that could not run here; ``peer``: llama.cpp's versions and APIs."""
     return {**({"memory_budget": memory} if memory else {}), **({"ceiling": ceiling} if ceiling else {}),
             **({"skipped": skipped} if skipped else {}), **({"peer": peer} if peer else {}),
-            "model": engine.name, "dtype": engine.dtype,
+            "model": engine.name, "dtype": engine.dtype, "step": engine.step_description,
             "row_invariant": engine.target.row_invariant, "device": engine.device, "threads": torch.get_num_threads(),
-            "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "machine": machine_name(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
 
@@ -486,6 +502,7 @@ def to_markdown(results: dict) -> str:
              f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
              "bonus/correction token; α = accepted ÷ drafted.", "",
+             *([f"Machine: {setup['machine']}. Step: {setup['step']}.", ""] if setup.get("step") else []),
              "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",
              "|---|---|---|---|---|---|---|"]
     virtual = {label for label, m in methods.items() if m["overall"].get("clock") == "virtual"}

@@ -196,6 +196,8 @@ def generate_command(args) -> int:
     options = {name: getattr(args, name) for name in method_option_fields() if getattr(args, name) is not None}
     get_method(args.method)  # fail on a typo before spending seconds on loading the model
     engine = Engine.load(args.model, args.dtype, args.device)
+    if not args.json:
+        print(f"[{engine.step_description}]", file=sys.stderr)
     if args.lane_address:
         host, _, port = args.lane_address.rpartition(":")
         if not host or not port.isdigit():
@@ -400,7 +402,7 @@ def verify_cost_command(args) -> int:
         return 0
     kernels = list(curve.by_kernel)
     print(f"{engine.name}, {engine.dtype} on {engine.device}, {curve.threads} threads, {curve.prefix} tokens cached "
-          f"(curve cached as {curve.key})")
+          f"(curve cached as {curve.key})\nstep: {engine.step_description}")
     print("| n | ms | × n=1 | kernel | " + " | ".join(f"{k} ms" for k in kernels) + " |")
     print("|---|---|---|---|" + "---|" * len(kernels))
     for n, seconds in curve.seconds.items():
