@@ -103,44 +103,63 @@ static inline vf weight_vec(const void *w, int bf16, int64_t n, int64_t K, int64
     return v;
 }
 
-/* One block: R weight rows [n, n + r_count) against GC input rows from m. GC is a constant at every call
- * (see the switch below), so the compiler keeps exactly GC accumulators per weight row in registers. */
-static inline __attribute__((always_inline)) void block_f32(const void *w, int bf16, const float *x, int64_t Kp,
+/* One block: R weight rows [n, n + r_count) against GC input rows from m. GC, r_count and WB (weights in
+ * bf16) are constants at every call (see the switches below), so the compiler keeps exactly the accumulators
+ * needed in registers and no branch in the loop over k; the last, partial vector of k comes after it. */
+static inline __attribute__((always_inline)) vf weight_at_k(const void *w, const int WB, int64_t n, int64_t K,
+                                                            int64_t k) {
+    return WB ? load_bf16((const uint16_t *)w + n * K + k) : load_f32((const float *)w + n * K + k);
+}
+
+static inline __attribute__((always_inline)) void block_f32(const void *w, const int WB, const float *x, int64_t Kp,
                                                             int64_t K, int64_t n, const int r_count, int64_t m,
                                                             const int GC, float *y, int64_t ystride) {
     vf acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < GC; g++) acc[r][g] = (vf){0};
-    for (int64_t k = 0; k < K; k += VL) {
+    const int64_t whole = K / VL * VL;
+    for (int64_t k = 0; k < whole; k += VL) {
         vf xv[G];
         for (int g = 0; g < GC; g++) xv[g] = load_f32(x + (m + g) * Kp + k);
         for (int r = 0; r < r_count; r++) {
-            vf wv = weight_vec(w, bf16, n + r, K, k);
+            vf wv = weight_at_k(w, WB, n + r, K, k);
             for (int g = 0; g < GC; g++) acc[r][g] += wv * xv[g];
         }
     }
+    if (whole < K)
+        for (int r = 0; r < r_count; r++) {
+            vf wv = weight_vec(w, WB, n + r, K, whole);
+            for (int g = 0; g < GC; g++) acc[r][g] += wv * load_f32(x + (m + g) * Kp + whole);
+        }
     for (int r = 0; r < r_count; r++)
         for (int g = 0; g < GC; g++) y[(m + g) * ystride + n + r] = reduce(acc[r][g]);
 }
 
-/* x: [M, Kp] fp32 (Kp = K rounded up to VL, zero-padded) */
-static void product_f32(const void *w, int bf16, const float *x, int64_t M, int64_t Kp, int64_t K, int64_t n0,
-                        int64_t n1, float *y, int64_t ystride) {
+static inline __attribute__((always_inline)) void product_f32_of(const void *w, const int WB, const float *x,
+                                                                 int64_t M, int64_t Kp, int64_t K, int64_t n0,
+                                                                 int64_t n1, float *y, int64_t ystride) {
     for (int64_t n = n0; n < n1; n += R) {
         if (n + R > n1) { /* the last rows, one at a time */
             for (int64_t one = n; one < n1; one++)
-                for (int64_t m = 0; m < M; m++) block_f32(w, bf16, x, Kp, K, one, 1, m, 1, y, ystride);
+                for (int64_t m = 0; m < M; m++) block_f32(w, WB, x, Kp, K, one, 1, m, 1, y, ystride);
             break;
         }
         for (int64_t m = 0; m < M; m += G) {
             switch (M - m < G ? (int)(M - m) : G) {
-            case 1: block_f32(w, bf16, x, Kp, K, n, R, m, 1, y, ystride); break;
-            case 2: block_f32(w, bf16, x, Kp, K, n, R, m, 2, y, ystride); break;
-            case 3: block_f32(w, bf16, x, Kp, K, n, R, m, 3, y, ystride); break;
-            default: block_f32(w, bf16, x, Kp, K, n, R, m, G, y, ystride);
+            case 1: block_f32(w, WB, x, Kp, K, n, R, m, 1, y, ystride); break;
+            case 2: block_f32(w, WB, x, Kp, K, n, R, m, 2, y, ystride); break;
+            case 3: block_f32(w, WB, x, Kp, K, n, R, m, 3, y, ystride); break;
+            default: block_f32(w, WB, x, Kp, K, n, R, m, G, y, ystride);
             }
         }
     }
+}
+
+/* x: [M, Kp] fp32 (Kp = K rounded up to VL, zero-padded); weights fp32, or bf16 widened lane by lane */
+static void product_f32(const void *w, int bf16, const float *x, int64_t M, int64_t Kp, int64_t K, int64_t n0,
+                        int64_t n1, float *y, int64_t ystride) {
+    if (bf16) product_f32_of(w, 1, x, M, Kp, K, n0, n1, y, ystride);
+    else product_f32_of(w, 0, x, M, Kp, K, n0, n1, y, ystride);
 }
 
 #ifdef SPECVIZ_DPBF16
@@ -399,6 +418,17 @@ static inline void relax(void) {
 #endif
 }
 
+/* This thread's number in the team, and the team's size (one thread where OpenMP was not compiled in). */
+static inline void team_position(int *thread, int *team) {
+#ifdef _OPENMP
+    *thread = omp_get_thread_num();
+    *team = omp_get_num_threads();
+#else
+    *thread = 0;
+    *team = 1;
+#endif
+}
+
 static void meet(Barrier *b, int team, int *sense) {
     *sense = !*sense;
     if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == team) {
@@ -432,11 +462,8 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
 
 #pragma omp parallel num_threads(threads)
     {
-        int thread = 0, team = 1;
-#ifdef _OPENMP
-        thread = omp_get_thread_num();
-        team = omp_get_num_threads();
-#endif
+        int thread, team;
+        team_position(&thread, &team);
         int sense = 0;
         Input *mine = &w.mine[thread];
         const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread owns whole heads */
@@ -551,11 +578,8 @@ void specviz_head(const Shape *s, const void *hidden, int64_t M, const void *nor
     rms_norm_rows(w.residual, M, s->d, norm, bf16, s->eps, &w.normed);
 #pragma omp parallel num_threads(threads)
     {
-        int thread = 0, team = 1;
-#ifdef _OPENMP
-        thread = omp_get_thread_num();
-        team = omp_get_num_threads();
-#endif
+        int thread, team;
+        team_position(&thread, &team);
         int64_t n0, n1;
         share(vocab, thread, team, &n0, &n1);
         product(head, bf16, &w.normed, M, s->d, n0, n1, logits, vocab);

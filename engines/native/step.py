@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..fused_layer import FusedLlamaLayer
 from ..kv_cache import KVCache
 from . import library
 
@@ -80,14 +81,9 @@ def available() -> bool:
 
 
 def _is_llama(layer: nn.Module) -> bool:
-    attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    names = ("q_proj", "k_proj", "v_proj", "o_proj")
-    return (attention is not None and mlp is not None and all(hasattr(attention, n) for n in names)
-            and all(getattr(attention, n).bias is None for n in names)
-            and all(getattr(mlp, n, None) is not None and getattr(mlp, n).bias is None
-                    for n in ("gate_proj", "up_proj", "down_proj"))
-            and type(getattr(mlp, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")
-            and hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm"))
+    """The layers the native step computes: the fused layer's (Llama without biases, SiLU) with RMSNorms."""
+    return (FusedLlamaLayer.supports(layer) and hasattr(layer, "input_layernorm")
+            and hasattr(layer, "post_attention_layernorm"))
 
 
 class NativeStep:
