@@ -21,6 +21,7 @@ from .lanes.runtime import load_message_cost, save_message_cost
 from .layers import LayerStack
 from .methods import get_method
 from .model import DEFAULT_MODEL, LoadedModel, load_model, model_source
+from .native.step import build_id as native_build_id
 from .sampling import Sampler
 from .stats import Stats, compute_stats
 from .trace import Event, RunEnd, RunStart, Trace
@@ -134,7 +135,7 @@ class Engine:
         """
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
                 + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else "")
-                + ("+smallm" if self._small_m else "") + ("+native" if self.target.native is not None else ""))
+                + ("+smallm" if self._small_m else "") + (f"+native-{native_build_id()}" if self.target.native is not None else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:

@@ -59,7 +59,7 @@ def machine_name() -> str:
 
 def _path(model: str) -> Path:
     threads = torch.get_num_threads()
-    label = f"{model}|{machine_name()}|{threads}|{torch.__version__}|{native_step.available()}"
+    label = f"{model}|{machine_name()}|{threads}|{torch.__version__}|{native_step.build_id() or 'pytorch'}"
     safe = "".join(c if c.isalnum() else "-" for c in label)[:160]
     return cache_dir() / "step_choice" / f"{safe}.json"
 

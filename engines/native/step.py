@@ -80,6 +80,13 @@ def available() -> bool:
     return _library() is not None
 
 
+def build_id() -> str:
+    """Which build of ``step.c`` runs here (a digest of its source, flags, compiler and CPU), or ``""`` where none
+    does: measurements cached with it (the verify-cost curve, the default dtype) are retaken after a change."""
+    path = library.load(SOURCE).path
+    return path.stem.rsplit("-", 1)[-1] if path is not None else ""
+
+
 def _is_llama(layer: nn.Module) -> bool:
     """The layers the native step computes: the fused layer's (Llama without biases, SiLU) with RMSNorms."""
     return (FusedLlamaLayer.supports(layer) and hasattr(layer, "input_layernorm")
