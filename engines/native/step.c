@@ -125,7 +125,8 @@ static inline __attribute__((always_inline)) void block_f32(const void *w, const
             vf wv = weight_at_k(w, WB, n + r, K, k);
             /* the next block's rows, asked for now: the hardware prefetcher alone fell behind these short rows
              * (a bf16 step took 16 ms without, 12 with, on a 2-core Xeon) */
-            __builtin_prefetch((const char *)w + ((n + r + R) * K + k) * (WB ? 2 : 4));
+            if (m == 0) /* later groups of rows read this block from the cache */
+                __builtin_prefetch((const char *)w + ((n + r + R) * K + k) * (WB ? 2 : 4));
             for (int g = 0; g < GC; g++) acc[r][g] += wv * xv[g];
         }
     }
@@ -180,7 +181,7 @@ static inline __attribute__((always_inline)) void block_dpbf16(const uint16_t *w
         for (int g = 0; g < GC; g++) xv[g] = _mm512_loadu_si512(x + (m + g) * Kp + k);
         for (int r = 0; r < r_count; r++) {
             __m512i wv = _mm512_maskz_loadu_epi16(tail, w + (n + r) * K + k);
-            _mm_prefetch((const char *)(w + (n + r + R) * K + k), _MM_HINT_T0); /* the next block (see block_f32) */
+            if (m == 0) _mm_prefetch((const char *)(w + (n + r + R) * K + k), _MM_HINT_T0); /* next block: see block_f32 */
             for (int g = 0; g < GC; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], (__m512bh)xv[g], (__m512bh)wv);
         }
     }
