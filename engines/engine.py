@@ -135,7 +135,8 @@ class Engine:
         """
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
                 + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else "")
-                + ("+smallm" if self._small_m else "") + (f"+native-{native_build_id()}" if self.target.native is not None else ""))
+                + ("+smallm" if self._small_m else "")
+                + (f"+native-{native_build_id()}" if self.target.native is not None else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:

@@ -61,6 +61,14 @@ def cache_keyword(module: nn.Module) -> str:
     return _CACHE_KEYWORDS[kind]
 
 
+def native_for(layers: list[nn.Module], hidden: torch.Tensor, cache) -> NativeStep | None:
+    """The native step that holds every one of ``layers`` and can take this forward, else ``None``."""
+    native = getattr(layers[0], "specviz_native", None) if layers else None
+    if native is None or not native.runs(hidden, cache):
+        return None
+    return native if all(getattr(layer, "specviz_native", None) is native for layer in layers) else None
+
+
 def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: tuple, mask: torch.Tensor | None = None,
                  cache=None) -> torch.Tensor:
     """Hugging Face decoder layers in sequence, called the one way every part of the engine calls them.
@@ -70,9 +78,8 @@ def decoder_pass(layers, hidden: torch.Tensor, positions: torch.Tensor, rotary: 
     Layers the native step holds run there (:mod:`engines.native.step`), when it can take this forward.
     """
     layers = list(layers)
-    native = getattr(layers[0], "specviz_native", None) if layers else None
-    if (native is not None and native.runs(hidden, cache)
-            and all(getattr(layer, "specviz_native", None) is native for layer in layers)):
+    native = native_for(layers, hidden, cache)
+    if native is not None:
         return native_pass(native, layers, hidden, positions, mask, cache)
     for layer in layers:
         fused = getattr(layer, "specviz_fused", None)
@@ -210,11 +217,11 @@ class LayerStack:
     def run_at(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache, positions: torch.Tensor,
                mask: torch.Tensor | None) -> torch.Tensor:
         """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step)."""
-        layers = self.layers[start:stop]
-        if self.native is not None and self.native.runs(hidden, cache) and all(
-                getattr(layer, "specviz_native", None) is self.native for layer in layers):
-            return native_pass(self.native, layers, hidden, positions, mask, cache)  # no rotary tables needed
-        return decoder_pass(self.layers[start:stop], hidden, positions, self.backbone.rotary_emb(hidden, positions),
+        layers = list(self.layers[start:stop])
+        native = native_for(layers, hidden, cache)
+        if native is not None:  # checked here too: the native step needs no rotary tables
+            return native_pass(native, layers, hidden, positions, mask, cache)
+        return decoder_pass(layers, hidden, positions, self.backbone.rotary_emb(hidden, positions),
                             mask, cache)
 
     def run_causal(self, hidden: torch.Tensor, start: int, stop: int) -> torch.Tensor:

@@ -3,6 +3,9 @@ and out of the way where it cannot run. Tiny random Llamas; each test well under
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import pytest
 import torch
 
@@ -107,3 +110,25 @@ def test_what_the_native_step_cannot_take_runs_pytorchs_path():
     meta.model.layers[0].to("meta")
     stack = Engine(meta).target
     assert stack.layers[0].specviz_native is None and stack.layers[1].specviz_native is stack.native
+
+
+def test_the_default_dtype_is_the_measured_choice_and_is_measured_once(tmp_path, monkeypatch):
+    """No CPU flag decides the default: the cached measurement does, and a missing one is measured (here a
+    stand-in records the call); the engine says which step runs and why."""
+    from engines import step_choice
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    measured = []
+
+    def fake_measure(model, progress=None):
+        measured.append(model)
+        choice = step_choice.StepChoice("float32", {"float32": 10.0, "bfloat16": 12.5}, "native", "a CPU", 2,
+                                        "2026-11-26")
+        step_choice.write_cache_file(step_choice._path(model), json.dumps(asdict(choice)))
+        return choice
+
+    monkeypatch.setattr(step_choice, "measure", fake_measure)
+    assert step_choice.default_dtype("m") == "float32" and step_choice.default_dtype("m") == "float32"
+    assert measured == ["m"]
+    assert "10.0 ms against 12.5 ms in bfloat16" in step_choice.describe("float32", "m")
+    assert "chosen by the caller" in step_choice.describe("bfloat16", "m")
