@@ -61,7 +61,8 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_supports_bf16() -> bool:
-    """bf16 only pays off on CPUs with native bf16 dot products (AVX-512 BF16 or AMX)."""
+    """Whether the CPU has native bf16 dot products (AVX-512 BF16 or AMX): training's mixed precision asks. The
+    decoding default is measured instead (:mod:`engines.step_choice`)."""
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 

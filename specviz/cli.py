@@ -40,7 +40,7 @@ def parse_bool(text: str) -> bool:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="default: the embedded SmolLM2-135M-Instruct")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
-                        help="default: bfloat16 where the CPU supports it, else float32")
+                        help="default: the faster of the two on this machine, measured once and cached")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--max-new-tokens", type=int, default=128)
