@@ -157,6 +157,10 @@ def setup_line(results: Mapping) -> str:
     ceiling = s.get("ceiling")
     if ceiling:
         line += f" · bandwidth ceiling {ceiling['tokens_per_s']:.0f} tok/s"
+    if s.get("machine"):
+        line += f" · {s['machine']}"
+    if s.get("step"):
+        line += f" · step: {s['step']}"
     return line
 
 

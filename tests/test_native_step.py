@@ -132,3 +132,19 @@ def test_the_default_dtype_is_the_measured_choice_and_is_measured_once(tmp_path,
     assert measured == ["m"]
     assert "10.0 ms against 12.5 ms in bfloat16" in step_choice.describe("float32", "m")
     assert "chosen by the caller" in step_choice.describe("bfloat16", "m")
+
+
+def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_path, monkeypatch, caplog):
+    from engines.native import library
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # nothing built here yet
+    monkeypatch.setattr(library, "_loaded", {})
+    monkeypatch.setattr(library, "compiler", lambda: None)
+    monkeypatch.setattr(native_step, "_warned", set())
+    caplog.set_level("WARNING", logger=native_step.__name__)
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
+    Engine(tiny_llama(vocab=64, layers=2, seed=4))  # a second engine: no second line
+    assert engine.target.native is None and "PyTorch's path" in engine.step_description
+    assert len(engine.run([1, 2, 3], "ar", max_new_tokens=3).token_ids) == 3
+    (line,) = [r.getMessage() for r in caplog.records if r.name == native_step.__name__]
+    assert line.startswith("specviz: no C compiler found") and "PyTorch's path instead" in line
