@@ -115,6 +115,7 @@ class LayerStack:
         self.fused = False
         self.packed_head: Projection | None = None
         self.native: NativeStep | None = None
+        self._native_step: NativeStep | None = None
         self.final_norm = self.backbone.norm
 
     def prepare_inference(self, row_invariant: bool | None = None, fused: bool = True) -> None:
@@ -157,7 +158,9 @@ class LayerStack:
         """Run inference forwards of up to 64 rows through the native step (:mod:`engines.native.step`) where it
         builds and the model fits it; it reads the layers' own weights (no copies), so it stays on under a memory
         budget. Off: the fused PyTorch layers or Hugging Face's."""
-        self.native = NativeStep.for_stack(self) if enabled else None
+        if enabled and self._native_step is None:
+            self._native_step = NativeStep.for_stack(self)  # built once: switching back costs nothing
+        self.native = self._native_step if enabled else None
         for layer in self.layers:
             real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
             layer.specviz_native = self.native if real or self._streamed(layer) else None

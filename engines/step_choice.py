@@ -1,4 +1,4 @@
-"""Which dtype the engine decodes in by default on this machine: the faster one, measured here once.
+"""Which dtype and which step the engine decodes with on this machine: the faster, measured here once.
 
 A CPU flag does not say which is faster. On a 2-core AMD EPYC (Zen 4) with AVX-512 BF16, PyTorch's bf16 path
 decoded at 26–29 tokens/s and its fp32 path at 36–41, although the flag said bf16; which wins depends on the
@@ -32,17 +32,25 @@ REPEATS = 12
 @dataclass
 class StepChoice:
     dtype: str  # the default
-    ms_per_token: dict  # dtype → median ms of one decode step (a one-token forward and the head)
-    path: str  # which step runs: "native" (engines.native.step) or "pytorch"
+    ms_per_token: dict  # "dtype/path" → median ms of one decode step (a one-token forward and the head)
     machine: str
     threads: int
     measured_at: str
 
+    def path(self, dtype: str) -> str:
+        """The faster step in ``dtype``: "native" or "pytorch"."""
+        timed = {key.split("/")[1]: ms for key, ms in self.ms_per_token.items() if key.startswith(dtype + "/")}
+        return min(timed, key=timed.get) if timed else "pytorch"
+
+    def step_ms(self, dtype: str) -> float:
+        return self.ms_per_token[f"{dtype}/{self.path(dtype)}"]
+
     @property
     def why(self) -> str:
-        other = next(d for d in self.ms_per_token if d != self.dtype)
-        return (f"{self.dtype} is the default here: one decode step took {self.ms_per_token[self.dtype]:.1f} ms "
-                f"against {self.ms_per_token[other]:.1f} ms in {other} ({self.path} step, {self.threads} threads, "
+        other = next(d for d in DTYPES if d != self.dtype)
+        measured = ", ".join(f"{key} {ms:.1f}" for key, ms in self.ms_per_token.items())
+        return (f"{self.dtype} is the default here: one decode step took {self.step_ms(self.dtype):.1f} ms against "
+                f"{self.step_ms(other):.1f} ms in {other} (ms by dtype/step: {measured}; {self.threads} threads, "
                 f"measured {self.measured_at} on {self.machine})")
 
 
@@ -73,39 +81,40 @@ def cached(model: str = DEFAULT_MODEL) -> StepChoice | None:
 
 
 def _step_ms(stacks: dict, repeats: int) -> dict[str, float]:
-    """Median ms of one decode step per dtype, the dtypes interleaved."""
-    samples: dict[str, list[float]] = {dtype: [] for dtype in stacks}
+    """Median ms of one decode step per dtype and path, all of them interleaved."""
+    runs = [(dtype, path) for dtype, stack in stacks.items()
+            for path in (("native", "pytorch") if stack.native is not None else ("pytorch",))]
+    samples: dict[str, list[float]] = {f"{dtype}/{path}": [] for dtype, path in runs}
     caches = {}
     with torch.inference_mode():
         for dtype, stack in stacks.items():
             caches[dtype] = stack.new_cache(PREFIX + 1)
             stack.forward([(7 * i + 3) % stack.config.vocab_size for i in range(PREFIX)], caches[dtype])
-            stack.forward([5], caches[dtype])  # warm-up
-            caches[dtype].crop(PREFIX)
-        for _ in range(repeats):
-            for dtype, stack in stacks.items():
+        for repeat in range(repeats + 1):  # the first round warms up
+            for dtype, path in runs:
+                stacks[dtype].use_native(path == "native")
                 start = time.perf_counter()
-                stack.forward([5], caches[dtype])
-                samples[dtype].append(time.perf_counter() - start)
+                stacks[dtype].forward([5], caches[dtype])
+                if repeat:
+                    samples[f"{dtype}/{path}"].append(time.perf_counter() - start)
                 caches[dtype].crop(PREFIX)
-    return {dtype: 1e3 * statistics.median(s) for dtype, s in samples.items()}
+    return {key: 1e3 * statistics.median(s) for key, s in samples.items()}
 
 
 def measure(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | None = None) -> StepChoice:
     from .layers import LayerStack
 
     say = progress or (lambda text: print(f"specviz: {text}", file=sys.stderr, flush=True))
-    say("choosing the default dtype on this machine (once): timing a decode step in float32 and bfloat16")
+    say("choosing the default dtype and step on this machine (once): timing a decode step in float32 and bfloat16")
     stacks = {}
     for dtype in DTYPES:
         stack = LayerStack(load_model(model, dtype, "cpu").model)
         stack.prepare_inference()
         stacks[dtype] = stack
     ms = _step_ms(stacks, REPEATS)
-    best = min(ms, key=ms.get)
-    path = "native" if stacks[best].native is not None else "pytorch"
-    choice = StepChoice(best, {d: round(v, 3) for d, v in ms.items()}, path, machine_name(),
+    choice = StepChoice("", {key: round(value, 3) for key, value in ms.items()}, machine_name(),
                         torch.get_num_threads(), time.strftime("%Y-%m-%d"))
+    choice.dtype = min(DTYPES, key=choice.step_ms)
     write_cache_file(_path(model), json.dumps(asdict(choice), indent=1))
     say(choice.why)
     return choice
@@ -117,12 +126,18 @@ def default_dtype(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | 
     return choice.dtype
 
 
-def describe(dtype: str, model: str = DEFAULT_MODEL) -> str:
+def native_pays(dtype: str, model: str = DEFAULT_MODEL) -> bool:
+    """Whether the native step is the faster path for ``dtype``: measured where a record exists, else assumed."""
+    choice = cached(model)
+    return choice is None or choice.path(dtype) == "native"
+
+
+def describe(dtype: str, model: str = DEFAULT_MODEL, native: bool = True) -> str:
     """One line for the bench, the CLI and the dashboard: which step runs in ``dtype`` and why that dtype."""
     choice = cached(model)
-    path = "the native step (engines/native/step.c)" if native_step.available() else "PyTorch's path"
+    path = "the native step (engines/native/step.c)" if native else "PyTorch's path"
     if choice is None:
-        return f"{dtype} through {path} (chosen by the caller)"
+        return f"{dtype} through {path} (chosen by the caller; no measurement recorded here)"
     if choice.dtype == dtype:
         return f"{dtype} through {path}: {choice.why}"
     return f"{dtype} through {path}, chosen by the caller ({choice.why})"

@@ -112,26 +112,28 @@ def test_what_the_native_step_cannot_take_runs_pytorchs_path():
     assert stack.layers[0].specviz_native is None and stack.layers[1].specviz_native is stack.native
 
 
-def test_the_default_dtype_is_the_measured_choice_and_is_measured_once(tmp_path, monkeypatch):
-    """No CPU flag decides the default: the cached measurement does, and a missing one is measured (here a
-    stand-in records the call); the engine says which step runs and why."""
+def test_the_default_dtype_and_step_are_the_measured_choice_measured_once(tmp_path, monkeypatch):
+    """No CPU flag decides: the cached measurement does (a missing one is measured; here a stand-in records the
+    call), an engine takes the faster step of its dtype, and says which step runs and why."""
     from engines import step_choice
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     measured = []
+    timed = {"float32/native": 10.0, "float32/pytorch": 14.0, "bfloat16/native": 12.5, "bfloat16/pytorch": 11.0}
 
     def fake_measure(model, progress=None):
         measured.append(model)
-        choice = step_choice.StepChoice("float32", {"float32": 10.0, "bfloat16": 12.5}, "native", "a CPU", 2,
-                                        "2026-11-26")
+        choice = step_choice.StepChoice("float32", timed, "a CPU", 2, "2026-11-26")
         step_choice.write_cache_file(step_choice._path(model), json.dumps(asdict(choice)))
         return choice
 
     monkeypatch.setattr(step_choice, "measure", fake_measure)
     assert step_choice.default_dtype("m") == "float32" and step_choice.default_dtype("m") == "float32"
     assert measured == ["m"]
-    assert "10.0 ms against 12.5 ms in bfloat16" in step_choice.describe("float32", "m")
-    assert "chosen by the caller" in step_choice.describe("bfloat16", "m")
+    assert "10.0 ms against 11.0 ms in bfloat16" in step_choice.describe("float32", "m")
+    assert Engine(tiny_llama(vocab=64, layers=2), name="m").target.native is not None  # fp32: native is faster
+    bf16 = Engine(bf16_llama(), name="m")
+    assert bf16.target.native is None and "bfloat16 through PyTorch's path, chosen by the caller" in bf16.step_description
 
 
 def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_path, monkeypatch, caplog):
