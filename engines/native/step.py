@@ -1,4 +1,4 @@
-"""The engine's decode step in C (``step.c``): Llama layers and the LM head for up to 64 query rows.
+"""The engine's decode step in C (``step.c``): Llama layers and the LM head, every inference forward on a CPU.
 
 Why it exists, measured on a 2-core AMD EPYC (Zen 4, bf16): PyTorch's path spent ~16.6 ms of a 29.6 ms step
 in matrix products and ~13 ms in some 1,500 small operations (norms in pieces, RoPE, residual adds, SiLU·mul,
@@ -10,10 +10,12 @@ It is row-invariant by construction in every dtype (each output summed in one fi
 a query's visible keys in cache order), so verifying n tokens in one forward gives each row the bits a
 one-token step gives it: greedy output of every method equals ``ar``'s in fp32 as in bf16.
 
-What runs here: inference (no gradients) on the CPU, batch 1, at most :data:`MAX_ROWS` query rows, Llama
-layers without biases, a cache that is the engine's :class:`~engines.kv_cache.KVCache` (or none). Anything
-else — a prefill longer than 64 tokens, a training pass, an unknown layer — runs the PyTorch path
-(:mod:`engines.fused_layer`), which every method then shares. A layer with hooks (the memory budget's weight
+What runs here: inference (no gradients) on the CPU, batch 1, Llama layers without biases, a cache that is the
+engine's :class:`~engines.kv_cache.KVCache` (or none), any number of rows — prefills too. PyTorch's path gives a
+long prefill different bits with a different thread count (measured on a 2-core Xeon: 2 threads against 1 on a
+292-token prompt), and lane workers run one thread each, so a prefill there must take the step every process
+computes alike: this one (at a price: 600 ms for those 292 tokens where oneDNN took 127). Anything else — a
+training pass, a batch, an unknown layer — runs the PyTorch path (:mod:`engines.fused_layer`). A layer with hooks (the memory budget's weight
 streamer) runs here too, one layer per call, with its hooks fired around it, so a method under a budget
 computes the bits it computes without one.
 """
@@ -31,7 +33,6 @@ from ..fused_layer import FusedLlamaLayer
 from ..kv_cache import KVCache
 from . import library
 
-MAX_ROWS = 64  # query rows per call: every verification; a longer prefill takes PyTorch's path
 SOURCE = Path(__file__).with_name("step.c")
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -135,7 +136,7 @@ class NativeStep:
 
     def runs(self, hidden: torch.Tensor, cache) -> bool:
         """Whether a forward of ``hidden`` with ``cache`` runs here."""
-        return (hidden.dim() == 3 and hidden.shape[0] == 1 and 0 < hidden.shape[1] <= MAX_ROWS
+        return (hidden.dim() == 3 and hidden.shape[0] == 1 and hidden.shape[1] > 0
                 and hidden.dtype == self.dtype and hidden.device.type == "cpu" and not torch.is_grad_enabled()
                 and (cache is None or isinstance(cache, KVCache)))
 
