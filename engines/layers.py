@@ -155,9 +155,9 @@ class LayerStack:
                                    if enabled and real and FusedLlamaLayer.supports(layer) else None)
 
     def use_native(self, enabled: bool = True) -> None:
-        """Run inference forwards of up to 64 rows through the native step (:mod:`engines.native.step`) where it
-        builds and the model fits it; it reads the layers' own weights (no copies), so it stays on under a memory
-        budget. Off: the fused PyTorch layers or Hugging Face's."""
+        """Run inference forwards (batch 1, any number of rows) through the native step (:mod:`engines.native.step`)
+        where it builds and the model fits it; it reads the layers' own weights (no copies), so it stays on under a
+        memory budget. Off: the fused PyTorch layers or Hugging Face's."""
         if enabled and self._native_step is None:
             self._native_step = NativeStep.for_stack(self)  # built once: switching back costs nothing
         self.native = self._native_step if enabled else None
