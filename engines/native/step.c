@@ -1,4 +1,4 @@
-/* specviz's decode step in C: Llama decoder layers and the LM head for a few query rows.
+/* specviz's decode step in C: Llama decoder layers and the LM head, for one query row or many.
  *
  * Why: a decode step reads every weight once, so it can run no faster than the weights stream from memory.
  * PyTorch reaches that for large products but spends a step's other half on ~1,500 small operations
