@@ -22,7 +22,6 @@ from .layers import LayerStack
 from .methods import get_method
 from .model import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from .native.step import build_id as native_build_id
-from .step_choice import native_pays
 from .sampling import Sampler
 from .stats import Stats, compute_stats
 from .trace import Event, RunEnd, RunStart, Trace
@@ -55,8 +54,6 @@ class Engine:
         self.target = LayerStack(model)
         self.target.use_fp32_head(fp32_head)
         self.target.prepare_inference(row_invariant, fused)
-        if self.target.native is not None and not native_pays(self.dtype, name):
-            self.target.use_native(False)  # measured here: PyTorch's path is the faster in this dtype
         self._fused = fused
         # the curve's name: fixed at load, as a memory budget later swaps the fused layers out and back
         self._small_m = self.target.packed_head is not None and self.target.packed_head.small_m

@@ -9,6 +9,7 @@ directly, with its own :class:`~engines.kv_cache.KVCache` and explicit positions
 from __future__ import annotations
 
 import inspect
+import os
 
 import torch
 from torch import nn
@@ -157,7 +158,9 @@ class LayerStack:
     def use_native(self, enabled: bool = True) -> None:
         """Run inference forwards (batch 1, any number of rows) through the native step (:mod:`engines.native.step`)
         where it builds and the model fits it; it reads the layers' own weights (no copies), so it stays on under a
-        memory budget. Off: the fused PyTorch layers or Hugging Face's."""
+        memory budget. Off: the fused PyTorch layers or Hugging Face's (``SPECVIZ_NATIVE_STEP=0`` turns it off
+        everywhere)."""
+        enabled = enabled and os.environ.get("SPECVIZ_NATIVE_STEP", "1") != "0"  # inherited by lane workers
         if enabled and self._native_step is None:
             self._native_step = NativeStep.for_stack(self)  # built once: switching back costs nothing
         self.native = self._native_step if enabled else None

@@ -38,9 +38,9 @@ class StepChoice:
     measured_at: str
 
     def path(self, dtype: str) -> str:
-        """The faster step in ``dtype``: "native" or "pytorch"."""
-        timed = {key.split("/")[1]: ms for key, ms in self.ms_per_token.items() if key.startswith(dtype + "/")}
-        return min(timed, key=timed.get) if timed else "pytorch"
+        """The step that runs in ``dtype``: the native one wherever it was measured (every process of a run must
+        compute alike, lane workers included, so the path is not switched per dtype); PyTorch's elsewhere."""
+        return "native" if f"{dtype}/native" in self.ms_per_token else "pytorch"
 
     def step_ms(self, dtype: str) -> float:
         return self.ms_per_token[f"{dtype}/{self.path(dtype)}"]
@@ -124,12 +124,6 @@ def default_dtype(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | 
     """The faster dtype for ``model`` on this CPU: from the cache, measured first if it is not there."""
     choice = cached(model) or measure(model, progress)
     return choice.dtype
-
-
-def native_pays(dtype: str, model: str = DEFAULT_MODEL) -> bool:
-    """Whether the native step is the faster path for ``dtype``: measured where a record exists, else assumed."""
-    choice = cached(model)
-    return choice is None or choice.path(dtype) == "native"
 
 
 def describe(dtype: str, model: str = DEFAULT_MODEL, native: bool = True) -> str:

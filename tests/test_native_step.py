@@ -112,28 +112,33 @@ def test_what_the_native_step_cannot_take_runs_pytorchs_path():
     assert stack.layers[0].specviz_native is None and stack.layers[1].specviz_native is stack.native
 
 
-def test_the_default_dtype_and_step_are_the_measured_choice_measured_once(tmp_path, monkeypatch):
+def test_the_default_dtype_is_the_measured_choice_measured_once(tmp_path, monkeypatch):
     """No CPU flag decides: the cached measurement does (a missing one is measured; here a stand-in records the
-    call), an engine takes the faster step of its dtype, and says which step runs and why."""
+    call) by the step that runs, and the engine says which step runs and why."""
     from engines import step_choice
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     measured = []
-    timed = {"float32/native": 10.0, "float32/pytorch": 14.0, "bfloat16/native": 12.5, "bfloat16/pytorch": 11.0}
+    timed = {"float32/native": 10.0, "float32/pytorch": 14.0, "bfloat16/native": 12.5, "bfloat16/pytorch": 9.0}
 
     def fake_measure(model, progress=None):
         measured.append(model)
-        choice = step_choice.StepChoice("float32", timed, "a CPU", 2, "2026-11-26")
+        choice = step_choice.StepChoice("", timed, "a CPU", 2, "2026-11-26")
+        choice.dtype = min(step_choice.DTYPES, key=choice.step_ms)
         step_choice.write_cache_file(step_choice._path(model), json.dumps(asdict(choice)))
         return choice
 
     monkeypatch.setattr(step_choice, "measure", fake_measure)
     assert step_choice.default_dtype("m") == "float32" and step_choice.default_dtype("m") == "float32"
-    assert measured == ["m"]
-    assert "10.0 ms against 11.0 ms in bfloat16" in step_choice.describe("float32", "m")
-    assert Engine(tiny_llama(vocab=64, layers=2), name="m").target.native is not None  # fp32: native is faster
-    bf16 = Engine(bf16_llama(), name="m")
-    assert bf16.target.native is None and "bfloat16 through PyTorch's path, chosen by the caller" in bf16.step_description
+    assert measured == ["m"]  # bf16's faster PyTorch time does not count: the native step runs
+    assert "10.0 ms against 12.5 ms in bfloat16" in step_choice.describe("float32", "m")
+    assert "chosen by the caller" in Engine(bf16_llama(), name="m").step_description
+
+
+def test_the_native_step_can_be_switched_off_for_every_process(monkeypatch):
+    monkeypatch.setenv("SPECVIZ_NATIVE_STEP", "0")  # lane workers inherit the environment
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
+    assert engine.target.native is None and all(layer.specviz_native is None for layer in engine.target.layers)
 
 
 def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_path, monkeypatch, caplog):
