@@ -41,6 +41,7 @@ from .theory import (expected_speedup, expected_tokens_per_round, expected_tree_
                      rank_probabilities, tree_speedup)
 from . import cats_views as cv
 from .cats_views import cats_theory_figure, cats_theory_readout, layer_time_model
+from .figures import token_stream_figure
 from .tokens import legend_html, token_stream_html
 from .trees import tree_budget_figure, verify_cost_figure
 
@@ -195,7 +196,8 @@ def method_options(method: str, controls: dict[str, W.Widget]) -> dict:
 def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_tokens: int = 24,
                       temperature: float = 0.0, compare_ar: bool = True, run_now: bool = True,
                       **options) -> W.VBox:
-    """Controls → a real engine run, streamed token by token into a coloured stream with its stats.
+    """Controls → a real engine run, streamed token by token into a coloured stream with its stats, and, once it
+    ends, every committed token drawn round by round (:func:`specviz.figures.token_stream_figure`).
 
     With ``compare_ar`` the same prompt and settings also run through ``ar`` (once per setting, then
     cached) so the card shows the speedup and, when greedy, whether the text is identical to it.
@@ -213,7 +215,7 @@ def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_
     prompt_box = W.Textarea(value=prompt, description="prompt", layout=W.Layout(width="95%"))
     with_ar = W.Checkbox(value=compare_ar, description="compare with ar")
     button = W.Button(description="Run", button_style="primary", icon="play")
-    stream, status = W.HTML(), W.HTML()
+    stream, status, rounds_plot = W.HTML(), W.HTML(), W.Output()
     ar_cache: dict[tuple, list[Event]] = {}
 
     def show_relevant(_change=None):
@@ -244,6 +246,9 @@ def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_
             speedup = _tokens_per_s(events) / _tokens_per_s(reference) if reference else None
             stream.value = run_card_html(title, events, speedup)
             status.value = comparison_note(events, reference, temp.value, engine.dtype)
+            with rounds_plot:  # drawn once the run has ended: a figure per commit would slow the stream
+                rounds_plot.clear_output(wait=True)
+                display(token_stream_figure(events))
         except Exception as error:  # e.g. a bad combination of settings: say so, keep the explorer alive
             status.value = f"<span style='color:#c62828'>{type(error).__name__}: {html.escape(str(error))}</span>"
             if _button is None:  # the notebook's own first run: a failure must fail the cell (and CI)
@@ -257,7 +262,7 @@ def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_
     if run_now:
         run()
     settings_row = W.HBox([W.VBox([method_box, *controls.values()]), W.VBox([budget, temp, with_ar, button])])
-    return W.VBox([prompt_box, settings_row, W.HTML(legend_html()), stream, status])
+    return W.VBox([prompt_box, settings_row, W.HTML(legend_html()), stream, status, rounds_plot])
 
 
 def run_label(method: str, options: dict) -> str:
