@@ -125,3 +125,24 @@ class FusedLlamaLayer:
         hidden = hidden + self.o(attended.reshape(batch, n, -1))
         gate, up = self.gate_up(self.post_attention_norm(hidden)).split(self.intermediate, dim=-1)
         return hidden + self.down(F.silu(gate) * up)
+
+
+class LazyFusedLayer:
+    """A :class:`FusedLlamaLayer` built on its first use. Where the native step runs (:mod:`engines.native.step`)
+    it takes every inference forward of batch 1, so the packed copies of the weights (as large as the layers)
+    would cost load time and memory for nothing; a batched pass, or a run with the native step off, builds them."""
+
+    def __init__(self, layer: nn.Module, row_invariant: bool):
+        self._args = (layer, row_invariant)
+        self._built: FusedLlamaLayer | None = None
+
+    def _layer(self) -> FusedLlamaLayer:
+        if self._built is None:
+            self._built = FusedLlamaLayer(*self._args)
+        return self._built
+
+    def __call__(self, *args) -> torch.Tensor:
+        return self._layer()(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._layer(), name)

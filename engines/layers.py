@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .exact_numerics import default_row_invariant, use_row_invariant_attention
-from .fused_layer import FusedLlamaLayer, Projection, rms_norm
+from .fused_layer import FusedLlamaLayer, LazyFusedLayer, Projection, rms_norm
 from .kernels import KernelPlan, install
 from .kv_cache import KVCache
 from .native.step import NativeStep, native_pass
@@ -142,7 +142,8 @@ class LayerStack:
 
     def use_fused_layers(self, enabled: bool = True) -> None:
         """Run inference through :class:`~engines.fused_layer.FusedLlamaLayer` (q‖k‖v and gate‖up fused, weights
-        packed for the CPU's matmul library), which keeps its own copy of each layer's weights; layers it
+        packed for the CPU's matmul library), which keeps its own copy of each layer's weights, made at its first
+        forward (most runs go through the native step and never make it); layers it
         does not recognise, or that are not loaded here (a lane's partial model), keep the Hugging Face path.
         Off while a memory budget streams the layers (the copies would defeat it)."""
         self.fused = enabled
@@ -152,7 +153,7 @@ class LayerStack:
         self.final_norm = rms_norm(self.backbone.norm) if self.packed_head is not None else self.backbone.norm
         for layer in self.layers:
             real = all(p.device.type != "meta" and p.numel() for p in layer.parameters())
-            layer.specviz_fused = (FusedLlamaLayer(layer, self.row_invariant)
+            layer.specviz_fused = (LazyFusedLayer(layer, self.row_invariant)
                                    if enabled and real and FusedLlamaLayer.supports(layer) else None)
 
     def use_native(self, enabled: bool = True) -> None:

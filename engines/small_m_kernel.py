@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from .model import cache_dir, cpu_flags
+from .native.library import build_error, compiler as find_compiler
 
 MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
 K_MULTIPLE = 8  # an accumulator covers 8 floats of a row per step
@@ -110,8 +111,7 @@ def _platform_fits() -> bool:
     return sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+_compiler = find_compiler  # a module attribute, so a test can take the compiler away
 
 
 def _warn_once(why: str) -> None:
@@ -163,20 +163,12 @@ def _load():
             _build(path, compiler)
         function = ctypes.CDLL(str(path)).specviz_small_m_product
     except (OSError, subprocess.SubprocessError) as error:
-        _warn_once(f"the small-M kernel failed to build or load ({_reason(error)})")
+        _warn_once(f"the small-M kernel failed to build or load ({build_error(error)})")
         return None
     function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     function.restype = None
     return function
 
-
-def _reason(error: Exception) -> str:
-    """A build error in a few words: the compiler's first line of complaint, or the exception's own."""
-    stderr = getattr(error, "stderr", None)
-    if isinstance(stderr, bytes):
-        stderr = stderr.decode(errors="replace")
-    first = next((line.strip() for line in (stderr or "").splitlines() if line.strip()), "")
-    return (first or str(error) or type(error).__name__)[:200]
 
 
 def applies(weight: torch.Tensor) -> bool:

@@ -60,7 +60,7 @@ def _suffix() -> str:
     return {"win32": ".dll", "darwin": ".dylib"}.get(sys.platform, ".so")
 
 
-def _reason(error: Exception) -> str:
+def build_error(error: Exception) -> str:
     """A build error in a few words: the compiler's first line of complaint, or the exception's own."""
     stderr = getattr(error, "stderr", None)
     if isinstance(stderr, bytes):
@@ -109,4 +109,4 @@ def _load(source_path: Path) -> Loaded:
             _compile(cc, source_path, target)
         return Loaded(ctypes.CDLL(str(target)), path=target)
     except (OSError, subprocess.SubprocessError) as error:
-        return Loaded(None, f"the native step failed to build or load ({_reason(error)})")
+        return Loaded(None, f"the native step failed to build or load ({build_error(error)})")
