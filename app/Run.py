@@ -39,12 +39,17 @@ import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `stream
 import live as lv  # noqa: E402
 import option_widgets as ow  # noqa: E402
 import url_state as us  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
 from engines import METHODS
-from specviz.figures import (accepted_length_histogram, draft_depth_acceptance_figure, speedup_vs_gamma,
-                              token_stream_figure)
 from specviz import rounds
+from specviz.figures import (
+    accepted_length_histogram,
+    draft_depth_acceptance_figure,
+    speedup_vs_gamma,
+    token_stream_figure,
+)
 from specviz.sweep import gamma_sweep
 from specviz.tokens import legend_html, token_stream_html
 

@@ -6,9 +6,14 @@ bottom as a layout, and these pieces can be checked without a Streamlit runtime.
 
 from __future__ import annotations
 
-from engines import weight_stream
-from engines.trace import Event
-from specviz.cats_views import decode_bytes_per_token, is_lossy, memory_caption, shipped_cats_layers
+from engines.core.trace import Event
+from engines.memory_budget import weight_stream
+from specviz.cats_views import (
+    decode_bytes_per_token,
+    is_lossy,
+    memory_caption,
+    shipped_cats_layers,
+)
 
 MB = weight_stream.MB
 ACCEPTANCE_LABELS = {"greedy": "greedy (lossless, temperature 0)", "sample": "sample (lossless)",

@@ -1,7 +1,7 @@
 """The Compare page's logic, kept out of the page so it can be tested without Streamlit: labels for the
 configurations, the comparison table, and which runs go into the overlaid figures.
 
-Numbers come from the engine's own stats (``RunEnd.stats``, or :func:`engines.stats.compute_stats` for a run
+Numbers come from the engine's own stats (``RunEnd.stats``, or :func:`engines.core.stats.compute_stats` for a run
 the Stop button ended): tok/s over decode time, τ = tokens per verification call (``mean_accepted_length``),
 α = accepted ÷ drafted (``acceptance_rate``). Speedup is against the ``ar`` run of the same prompt and settings
 on the same engine, measured in the same session (``engine_cache.ar_baseline``).

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from engines import METHODS
-from engines.drafters.moa import moa_name
+from engines.core.trace import Commit, Event
+from engines.drafters.moa_head import moa_name
 from engines.drafters.registry import MOA, SPS, TREE, VERDICT, drafter_kind_names
 from engines.drafters.trained import exit_head_name
-from engines.trace import Commit, Event
 from specviz.prompts import Prompt
 
 # Sensible widget bounds per option (the engine's own validation still has the last word).

@@ -13,7 +13,7 @@ from typing import Callable
 import streamlit as st
 
 from engines import Engine
-from engines.trace import Commit
+from engines.core.trace import Commit
 
 
 @st.cache_resource(show_spinner="Loading the model…")
@@ -63,7 +63,7 @@ def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dic
 def model_picker(prefix: str = "") -> tuple[str, Engine]:
     """The sidebar's model section every page shows: the dtype box (key ``{prefix}dtype``) and the engine
     it loads; a model that cannot load stops the page with the reason."""
-    from engines.model import DEFAULT_MODEL, default_dtype
+    from engines.model.loading import DEFAULT_MODEL, default_dtype
 
     st.header("Model")
     choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key=f"{prefix}dtype",

@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 import dashboard_helpers as dh
-from engines.stats import compute_stats
-from engines.trace import Commit, Event, RunEnd, RunStart
+
+from engines.core.stats import compute_stats
+from engines.core.trace import Commit, Event, RunEnd, RunStart
 
 STOPPED = "stopped"  # a record's stop_reason when the Stop button ended it
 

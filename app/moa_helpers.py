@@ -2,16 +2,16 @@
 
 What the page offers (the shipped drafters, the link profiles), the method and options of a press of Run,
 and the headline numbers. The numbers come from :func:`specviz.moa_views.moa_metrics`; the message sizes
-from :func:`specviz.moa_views.measured_message_sizes` (Table 7 via :func:`engines.network.table7_bytes`).
+from :func:`specviz.moa_views.measured_message_sizes` (Table 7 via :func:`engines.network.link.table7_bytes`).
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from engines.core.trace import Event, RunEnd, RunStart
 from engines.drafters.trained import available
-from engines.network import PROFILES
-from engines.trace import Event, RunEnd, RunStart
+from engines.network.link import PROFILES
 
 # drafter key → (method, options, label); the order is the page's
 DRAFTERS: dict[str, tuple[str, dict, str]] = {

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-import streamlit as st
-
 import dashboard_helpers as dh
+import streamlit as st
 import url_state as us
-from engines import METHODS
 from prompt_picker import FREE_TEXT
+
+from engines import METHODS
 
 
 def url_once(flag: str) -> dict[str, str]:

@@ -11,9 +11,9 @@ import re
 import time
 from typing import Mapping, Sequence
 
+from engines.core.trace import Event
 from engines.drafters.trained import available
-from engines.pipeline import stage_count
-from engines.trace import Event
+from engines.programs.pipeline import stage_count
 from specviz.pipeline import pipeline_metrics
 from specviz.ppsd_views import VIRTUAL, measured_point, run_end, run_start
 from specviz.theory import ppsd_speedup

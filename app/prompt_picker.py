@@ -6,9 +6,9 @@ passes its own key prefix so pages keep separate prompts (and tests address thei
 
 from __future__ import annotations
 
+import dashboard_helpers as dh
 import streamlit as st
 
-import dashboard_helpers as dh
 from specviz.prompts import Prompt, load_prompts
 
 FREE_TEXT = -1

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import dashboard_helpers as dh
+
 from engines import METHODS
 from specviz.prompts import Prompt
 

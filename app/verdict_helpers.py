@@ -12,11 +12,16 @@ import math
 import re
 from typing import Mapping, Sequence
 
-from engines.drafters.trained import available
-from engines.trace import CacheLookup, Event, RunEnd, StageSpan
-from specviz.theory import mirror_speedup_vs_sd, mirror_step_time, ssd_round_time, ssd_speedup_vs_sd
-
 import ppsd_helpers
+
+from engines.core.trace import CacheLookup, Event, RunEnd, StageSpan
+from engines.drafters.trained import available
+from specviz.theory import (
+    mirror_speedup_vs_sd,
+    mirror_step_time,
+    ssd_round_time,
+    ssd_speedup_vs_sd,
+)
 
 LiveThrottle = ppsd_helpers.LiveThrottle  # the same redraw throttle as the PPSD page
 one_core_note = ppsd_helpers.one_core_note  # and the same note where a thread cannot be pinned

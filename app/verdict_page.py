@@ -8,9 +8,9 @@ from typing import Callable
 
 import pandas as pd
 import streamlit as st
-
 import verdict_helpers as vh
 from engine_cache import engine_lock
+
 from engines.lanes import pinned
 
 

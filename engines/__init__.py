@@ -11,11 +11,11 @@ Public API::
 This package never imports specviz, Streamlit or ipywidgets: the UIs consume its event stream.
 """
 
-from .engine import Engine, RunResult
-from .methods import METHODS, get_method
-from .model import DEFAULT_MODEL, load_model
-from .stats import Stats, compute_stats
-from .trace import Trace, read_jsonl, write_jsonl
+from engines.core.stats import Stats, compute_stats
+from engines.core.trace import Trace, read_jsonl, write_jsonl
+from engines.engine import Engine, RunResult
+from engines.methods import METHODS, get_method
+from engines.model.loading import DEFAULT_MODEL, load_model
 
 __all__ = ["DEFAULT_MODEL", "METHODS", "Engine", "RunResult", "Stats", "Trace", "compute_stats",
            "get_method", "load_model", "read_jsonl", "write_jsonl"]

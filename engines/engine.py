@@ -13,20 +13,27 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .decoding import DecodeContext
-from .drafters.trained import load_trained
-from .kernels import install
-from .lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
-from .lanes.runtime import load_message_cost, save_message_cost
-from .layers import LayerStack
-from .methods import get_method
-from .model import DEFAULT_MODEL, LoadedModel, load_model, model_source
-from .native.step import build_id as native_build_id
-from .sampling import Sampler
-from .stats import Stats, compute_stats
-from .trace import Event, RunEnd, RunStart, Trace
-from .verify_cost import VerifyCost, install_stack, load_curve, machine_key, measure, save_curve
-from . import weight_stream
+from engines.core.context import DecodeContext
+from engines.core.sampling import Sampler
+from engines.core.stats import Stats, compute_stats
+from engines.core.trace import Event, RunEnd, RunStart, Trace
+from engines.drafters.trained import load_trained
+from engines.lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
+from engines.lanes.runtime import load_message_cost, save_message_cost
+from engines.memory_budget import weight_stream
+from engines.methods import get_method
+from engines.model.kernels import install
+from engines.model.layers import LayerStack
+from engines.model.loading import DEFAULT_MODEL, LoadedModel, load_model, model_source
+from engines.model.native.step import build_id as native_build_id
+from engines.model.verify_cost import (
+    VerifyCost,
+    install_stack,
+    load_curve,
+    machine_key,
+    measure,
+    save_curve,
+)
 
 
 @dataclass
@@ -43,10 +50,10 @@ class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer=None, name: str = "custom", fp32_head: bool = False,
                  row_invariant: bool | None = None, fused: bool = True):
         """``fp32_head``: where the model runs in a 16-bit dtype, compute its final norm and LM head in
-        fp32 (see :meth:`engines.layers.LayerStack.use_fp32_head`). ``row_invariant``: verify n tokens
-        with the bits n one-token steps would give (see :mod:`engines.exact_numerics`); ``None`` turns it
+        fp32 (see :meth:`engines.model.layers.LayerStack.use_fp32_head`). ``row_invariant``: verify n tokens
+        with the bits n one-token steps would give (see :mod:`engines.model.exact_numerics`); ``None`` turns it
         on for 16-bit dtypes on the CPU, where it keeps greedy output equal to ``ar``'s at no cost.
-        ``fused``: run the layers through :class:`~engines.fused_layer.FusedLlamaLayer` (the same bits, faster);
+        ``fused``: run the layers through :class:`~engines.model.fused_layer.FusedLlamaLayer` (the same bits, faster);
         ``False`` runs the Hugging Face layers as they are."""
         self.model = model
         self.tokenizer = tokenizer
@@ -79,8 +86,8 @@ class Engine:
 
     @property
     def step_description(self) -> str:
-        """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.step_choice`)."""
-        from .step_choice import describe
+        """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.model.step_choice`)."""
+        from engines.model.step_choice import describe
 
         if not self._fused:
             return f"{self.dtype} through Hugging Face's layers (fused=False)"
@@ -128,7 +135,7 @@ class Engine:
     # --- what verification costs here ------------------------------------------------------------
     def verify_cost(self, measure_if_missing: bool = True, remeasure: bool = False,
                     progress=None) -> VerifyCost | None:
-        """This machine's verify-cost curve (see :mod:`engines.verify_cost`), installing its kernels.
+        """This machine's verify-cost curve (see :mod:`engines.model.verify_cost`), installing its kernels.
 
         Cached on disk for named models; a model built in memory (``name="custom"``) is measured once
         per engine. Measuring takes a few seconds on the default model (every kernel, n = 1..16).
@@ -205,7 +212,7 @@ class Engine:
                 install(self._trained[name], self._verify_cost.plan())
         return self._trained[name]
 
-    # --- memory budget (see engines.weight_stream) -----------------------------------------------
+    # --- memory budget (see engines.memory_budget.weight_stream) -----------------------------------------------
     def set_memory_budget(self, memory_budget_mb: float | None, flash_mb_s: float | None = None,
                           stream: str = "deep", chunk_layers: int = 1) -> None:
         """Hold the target to ``memory_budget_mb`` MB for every later run; ``None`` removes the budget,

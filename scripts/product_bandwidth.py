@@ -16,7 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from engines import Engine, small_m_kernel
+from engines import Engine
+from engines.model import small_m_kernel
 
 
 def kernels(projection) -> dict:

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/step_costs.py [--dtype bfloat16] [--tokens 64]
 
 Prints one markdown table per path: the target's t(1), t(8), t(16) (median ms of a forward of n tokens after
-256 cached, :func:`engines.verify_cost.time_forwards`), and for each drafter its ms per drafted token inside a
+256 cached, :func:`engines.model.verify_cost.time_forwards`), and for each drafter its ms per drafted token inside a
 real `sps`/`eesd` run (γ = 4, greedy, one prompt) and c = that ÷ t(1), the cost ratio speculative sampling's
 speedup law takes. Both paths run in one process, interleaved path by path, on the same weights.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engines import Engine  # noqa: E402
-from engines.step_choice import machine_name  # noqa: E402
-from engines.verify_cost import time_forwards  # noqa: E402
+from engines.model.step_choice import machine_name  # noqa: E402
+from engines.model.verify_cost import time_forwards  # noqa: E402
 from specviz.sweep import draft_seconds  # noqa: E402
 
 DRAFTERS = {"tiny": "sps(draft=tiny)", "eagle": "sps(draft=eagle)", "ss": "sps(draft=ss)",

@@ -279,7 +279,6 @@ def kernel_environment() -> None:
 def execute(nb: nbformat.NotebookNode, cwd: Path, label: str = "") -> None:
     """Run every cell of ``nb`` in a fresh ``python3`` kernel started in ``cwd``, one progress line per cell."""
     from nbclient import NotebookClient
-
     from tqdm import tqdm  # a dependency of transformers, so always here
 
     kernel_environment()

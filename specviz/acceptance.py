@@ -6,7 +6,7 @@ exactly as ``p``: P(x) = min(p(x), q(x)) + (1 − a)·(p(x) − q(x))⁺/(1 − 
 a = Σ min(p, q) the expected acceptance: the probability that one token drawn from q is accepted (the
 per-token acceptance probability, the papers' α; not the project's α, accepted ÷ drafted over a run).
 This module gets real p and q from the model, simulates the rule many times at once (vectorized; the
-engine's own :func:`engines.verify.sample_chain` is checked separately on a small example because
+engine's own :func:`engines.core.acceptance.judge_chain` is checked separately on a small example because
 calling it a million times would take minutes), and plots the result.
 A deliberately broken variant — resample from p on rejection — shows what the residual is for.
 """
@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 import torch
 
 from engines import Engine
-from engines.sampling import Sampler
-from engines.verify import residual_distribution, sample_chain
+from engines.core.acceptance import judge_chain, residual_distribution
+from engines.core.sampling import Sampler
 
 RULES = ("residual", "resample_p")
 
@@ -95,7 +95,7 @@ def direct_samples(p: torch.Tensor, n: int, seed: int = 1) -> torch.Tensor:
 
 
 def engine_rule_counts(p: torch.Tensor, q: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
-    """Counts of the first emitted token over ``n`` calls of the engine's own ``sample_chain`` (γ = 1).
+    """Counts of the first emitted token over ``n`` calls of the engine's own ``judge_chain`` (γ = 1).
 
     The first committed token of a round is the draft when accepted, else the correction; the
     bonus row (the second row of target probabilities) is not part of this question.
@@ -105,7 +105,7 @@ def engine_rule_counts(p: torch.Tensor, q: torch.Tensor, n: int, seed: int = 0) 
     counts = torch.zeros(p.numel(), dtype=torch.float64)
     for _ in range(n):
         draft = sampler.draw(q)
-        verdict = sample_chain([draft], q[None], target_rows, sampler)
+        verdict = judge_chain([draft], q[None], target_rows.log(), sampler)
         counts[draft if verdict.n_accepted else verdict.next_token] += 1
     return counts
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from contextlib import nullcontext
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -25,13 +25,13 @@ import torch
 from tqdm.auto import tqdm
 
 from engines import Engine, get_method
-from engines import weight_stream
 from engines.lanes import pinned
-from engines.step_choice import machine_name
-from engines.verify_cost import measure_bandwidth, weight_bytes
+from engines.memory_budget import weight_stream
+from engines.model.step_choice import machine_name
+from engines.model.verify_cost import measure_bandwidth, weight_bytes
 
-from .hf_baselines import HF_METHODS, hf_generate
 from . import llamacpp_peer
+from .hf_baselines import HF_METHODS, hf_generate
 from .llamacpp_peer import PEER_METHODS
 from .pipeline import pipeline_metrics
 from .prompts import DEFAULT_PROMPTS, load_prompts
@@ -129,7 +129,7 @@ class Tally:
         self.pipeline = PipelineTally()
         self.verdict = VerdictTally()
         self.target_calls = 0
-        self.link_seconds = 0.0  # client–server runs (engines.client_server): the simulated link's share
+        self.link_seconds = 0.0  # client–server runs (engines.programs.client_server): the simulated link's share
         self.link_bytes = self.link_messages = self.link_resends = 0
 
     def add(self, new_tokens, decode_seconds, equal: bool | None, stats=None, draft_seconds: float = 0.0,
@@ -558,7 +558,7 @@ def link_table(methods: dict) -> list[str]:
         return []
     lines = ["", "## Client–server over a simulated link", "",
              "tokens/s on the `wall+link` clock: compute measured on this machine, link seconds simulated and added "
-             "(`engines/client_server.py`). Server calls = prefill + one verification per cycle.", "",
+             "(`engines/programs/client_server.py`). Server calls = prefill + one verification per cycle.", "",
              "| method | tokens/s | τ | server calls / answer | KB / answer | link share of time | resends |",
              "|---|---|---|---|---|---|---|"]
     for label, link in rows.items():
@@ -633,7 +633,7 @@ def memory_table(setup: dict, methods: dict) -> list[str]:
         return []
     flash = "unthrottled" if memory.get("flash_mb_s") is None else f"{memory['flash_mb_s']:g} MB/s"
     lines = ["", "## Memory budget", "", f"{memory['memory_budget_mb']:g} MB of weights resident, flash {flash}, "
-             f"stream={memory['stream']} (see `engines/weight_stream.py`).", "",
+             f"stream={memory['stream']} (see `engines/memory_budget/weight_stream.py`).", "",
              "| method | MB streamed per token | peak MB resident |", "|---|---|---|"]
     for label, by_category in methods.items():
         o = by_category["overall"]

@@ -41,13 +41,36 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines import weight_stream
+from engines.core.trace import (
+    Commit,
+    DraftTree,
+    Event,
+    Prefill,
+    RunEnd,
+    RunStart,
+    ShallowVerification,
+    StageSpan,
+    StreamChunk,
+    Verification,
+)
 from engines.drafters.trained import available, read_card
-from engines.trace import (Commit, DraftTree, Event, Prefill, RunEnd, RunStart, ShallowVerification, StageSpan,
-                           StreamChunk, Verification)
+from engines.memory_budget import weight_stream
 
-from .theory import bytes_per_token, cats_cycle_seconds, cats_speedup, streamed_pass_seconds
-from .trees import Detokenize, node_outcomes, root_token, token_label, tree_figure, tree_mask_figure, tree_nodes
+from .theory import (
+    bytes_per_token,
+    cats_cycle_seconds,
+    cats_speedup,
+    streamed_pass_seconds,
+)
+from .trees import (
+    Detokenize,
+    node_outcomes,
+    root_token,
+    token_label,
+    tree_figure,
+    tree_mask_figure,
+    tree_nodes,
+)
 
 MB = weight_stream.MB
 STAGE_COLOURS = {"prefill": "#9e9e9e", "draft": "#1565c0", "sv": "#8e24aa", "reforward": "#ef6c00",

@@ -11,10 +11,10 @@ import typing
 from pathlib import Path
 
 from engines import METHODS, Engine, get_method, write_jsonl
+from engines.core.trace import Commit, RunEnd
 from engines.lanes import LaneError, LaneSpec
-from engines.model import DEFAULT_MODEL
 from engines.methods.base import int_or_auto
-from engines.trace import Commit, RunEnd
+from engines.model.loading import DEFAULT_MODEL
 
 from .tokens import ansi
 
@@ -48,7 +48,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    """The memory-budget run setting (edge devices whose DRAM does not hold the model; engines.weight_stream)."""
+    """The memory-budget run setting (edge devices whose DRAM does not hold the model; engines.memory_budget.weight_stream)."""
     group = parser.add_argument_group("memory budget (emulated edge device; the target's layers only)")
     group.add_argument("--memory-budget-mb", type=float, default=None,
                        help="keep the target's first layers that fit in this many MB resident (embeddings, norm and "
@@ -239,10 +239,9 @@ def generate_command(args) -> int:
 
 def bench_command(args) -> int:
     from .bench import default_methods, run_bench, split_methods, write_results
-    from .prompts import DEFAULT_PROMPTS
-
     from .hf_baselines import HF_METHODS
     from .llamacpp_peer import PEER_METHODS
+    from .prompts import DEFAULT_PROMPTS
 
     memory = memory_arguments(args)
     methods = split_methods(args.methods) if args.methods else default_methods()

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from engines.trace import Commit, Event, Prefill
+from engines.core.trace import Commit, Event, Prefill
 
 
 def cumulative_tokens(events: Sequence[Event]) -> tuple[list[float], list[int]]:

@@ -6,8 +6,8 @@ from typing import Iterable, Sequence
 
 import plotly.graph_objects as go
 
-from engines.stats import compute_stats
-from engines.trace import Commit, Event
+from engines.core.stats import compute_stats
+from engines.core.trace import Commit, Event
 
 from .theory import expected_speedup, expected_tokens_per_round
 from .tokens import FATE_COLOURS, FATE_LABELS, fated_pieces

@@ -7,7 +7,7 @@ Prefill is excluded from tokens/s as for the engine: a ``max_new_tokens=1`` call
 measures it, and its time is subtracted. A forward hook counts the target's calls, so the benchmark can
 give Hugging Face's runs a τ (tokens after the first ÷ calls after the prefill) like the engine's.
 ``generate`` runs with PyTorch's stock kernels, as its users get it, not with the matmul kernels the
-engine tuned for this machine (:mod:`engines.kernels`).
+engine tuned for this machine (:mod:`engines.model.kernels`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import torch
 
 from engines import Engine
-from engines.kernels import stock_kernels
+from engines.model.kernels import stock_kernels
 
 HF_METHODS = {"hf_ar": {}, "hf_pld": {"prompt_lookup_num_tokens": 10}, "hf_assisted": {}}
 ASSISTED_TOKENS = 5

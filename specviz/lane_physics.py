@@ -13,9 +13,9 @@ import time
 import torch
 
 from engines import Engine
+from engines.core.trace import Trace
 from engines.lanes import Emit, Message, Recv, Send, pinned
-from engines.layers import LayerStack
-from engines.trace import Trace
+from engines.model.layers import LayerStack
 
 
 def decode_rate(stack: LayerStack, steps: int, prefix: int = 32) -> float:
@@ -35,7 +35,7 @@ def decode_rate(stack: LayerStack, steps: int, prefix: int = 32) -> float:
 
 def worker_decode(lane, source: str, dtype: str, n_layers: int, steps: int):
     """A lane program: load the whole model, decode, report the rate to the driver."""
-    from engines.model import load_layers
+    from engines.model.loading import load_layers
 
     stack = LayerStack(load_layers(source, dtype, "cpu", range(n_layers), embed=True, head=True))
     yield Send(0, Message("reply"))  # loaded: both start decoding at once

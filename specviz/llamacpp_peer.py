@@ -7,12 +7,12 @@ run in this process through llama-cpp-python's bindings, so a turn gets exactly 
 engine gets (``engine.encode(messages)``, chat template applied; llama.cpp's tokenizer is never used), with
 ``torch.get_num_threads()`` threads, greedy, the same ``max_new_tokens``, stopping at the engine's eos ids.
 Prefill is excluded from tokens/s as for the engine: the clock for decoding starts when the prefill's token
-is out. The GGUF is converted from the engine's own weights (``engines.model.model_source``) at the engine's
+is out. The GGUF is converted from the engine's own weights (``engines.model.loading.model_source``) at the engine's
 dtype (f32 or bf16), so both sides compute from the same numbers; their outputs may still differ (other
 kernels round differently) — the bench records that share for information only.
 
 ``make peers`` (``python -m specviz.llamacpp_peer setup``) brings it, every step cached under
-``engines.model.cache_dir() / "peers"`` and skipped when its output is there (rerun it after an interruption):
+``engines.model.loading.cache_dir() / "peers"`` and skipped when its output is there (rerun it after an interruption):
 
 1. the llama-cpp-python sdist from PyPI (``src/``); its ``vendor/llama.cpp`` is the llama.cpp it binds;
 2. llama.cpp built with cmake from that tree (``build/``): its shared libraries, ``llama-bench`` and
@@ -39,7 +39,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from engines.model import DEFAULT_MODEL, cache_dir, model_source
+from engines.model.loading import DEFAULT_MODEL, cache_dir, model_source
 
 PEER_METHODS = ("llamacpp_ar", "llamacpp_lookup")
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -337,7 +337,7 @@ def _staged_model(model: str) -> Path:
 def convert(model: str = DEFAULT_MODEL, dtypes=tuple(GGUF_TYPES), log=print) -> list[Path]:
     """The engine's weights as GGUF files, one per dtype, with llama.cpp's own converter (skipped if there)."""
     if model == DEFAULT_MODEL:
-        from engines.model import load_model
+        from engines.model.loading import load_model
 
         if not (model_source(model) / "config.json").exists():  # the first load dequantizes and caches them
             load_model(model, "float32", "cpu")

@@ -16,7 +16,7 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 
-from engines.layers import LayerStack
+from engines.model.layers import LayerStack
 
 PALETTE = plotly.colors.qualitative.Plotly
 

@@ -4,9 +4,9 @@ MoA's drafter reads every layer of the target: the server turns the newly verifi
 all layers into cross-attention memory (**LSA**, once per cycle), and the client drafts with a causal
 self-attention over its own tokens (**SA**), a cross-attention into that memory (**CA**), optionally the
 target's last TLI layers (**TLI**) and the LM head. In client–server mode the two halves talk over a
-simulated link (:mod:`engines.network`): the client sends its draft tree up, the server sends the verdict
+simulated link (:mod:`engines.network.link`): the client sends its draft tree up, the server sends the verdict
 and the new memory rows down. Every view here answers one question about that split, from the trace
-schema 5 events of :mod:`engines.trace` (``lsa``, ``draft_step``, ``link_send``):
+schema 5 events of :mod:`engines.core.trace` (``lsa``, ``draft_step``, ``link_send``):
 
 * :func:`moa_metrics` — the numbers: τ, server calls, LSA and draft-part seconds, bytes and seconds on the
   link each way, resends, tokens/s on the run's clock (``wall+link`` in client–server mode).
@@ -29,7 +29,7 @@ Decisions:
   prompt's LSA (round 0) follows the prefill.
 - Mean message sizes leave out the first downlink message: it carries the whole prompt's activations,
   gzipped (paper §4.3), and is no cycle's message.
-- The wire format (:mod:`engines.network`) adds a 4-byte header to every message and a 2-byte float16
+- The wire format (:mod:`engines.network.link`) adds a 4-byte header to every message and a 2-byte float16
   scale to every activation row; :func:`measured_message_sizes` predicts the measured bytes exactly as
   Table 7 + that overhead, so "measured vs formula" can be checked to the byte.
 - Functions take the events of ONE run and are safe on a partial list (a dashboard redraws while a run
@@ -47,9 +47,20 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.network import PROFILES, Link, table7_bytes, transfer_seconds
-from engines.trace import (Commit, DraftStep, DraftTree, Event, LinkSend, Lsa, Prefill, RunEnd, RunStart, StageSpan,
-                           Verification)
+from engines.core.trace import (
+    Commit,
+    DraftStep,
+    DraftTree,
+    Event,
+    LinkSend,
+    Lsa,
+    Prefill,
+    RunEnd,
+    RunStart,
+    StageSpan,
+    Verification,
+)
+from engines.network.link import PROFILES, Link, table7_bytes, transfer_seconds
 
 from .theory import moa_break_even_tli, moa_cycle_seconds
 from .verdict_views import _tokens_per_s
@@ -351,7 +362,7 @@ def client_server_gantt(events: Sequence[Event], rounds: tuple[int, int] | None 
 
 
 # --- (3) message sizes: Table 7 and what crossed the link ----------------------------------------------
-HEADER_BYTES = 4  # engines.network's header: kind, count, width
+HEADER_BYTES = 4  # engines.network.link's header: kind, count, width
 SCALE_BYTES = 2  # one float16 scale per activation row
 
 
@@ -411,7 +422,7 @@ def measured_message_sizes(events: Sequence[Event], hidden: int = 576, kv_width:
 
 def table7_rows(accepted: int, nodes: int, tli: int = 0, hidden: int = 576, kv_width: int = 192,
                 bytes_per_value: float = 1.0) -> dict[str, dict]:
-    """``{moa, eagle, tiny: {"up", "down"}}`` bytes per message by Table 7 (:func:`engines.network.table7_bytes`)."""
+    """``{moa, eagle, tiny: {"up", "down"}}`` bytes per message by Table 7 (:func:`engines.network.link.table7_bytes`)."""
     return {kind: table7_bytes(kind, nodes=nodes, accepted=accepted, hidden=hidden, kv_width=kv_width, tli=tli,
                                bytes_per_value=bytes_per_value) for kind in ("moa", "eagle", "tiny")}
 

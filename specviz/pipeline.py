@@ -12,7 +12,17 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Sequence
 
-from engines.trace import Check, Commit, Event, Flush, Prefill, RunEnd, RunStart, StageCompute, StageSpan
+from engines.core.trace import (
+    Check,
+    Commit,
+    Event,
+    Flush,
+    Prefill,
+    RunEnd,
+    RunStart,
+    StageCompute,
+    StageSpan,
+)
 
 FATES = ("prefill", "accepted", "rejected", "flushed", "unused")
 

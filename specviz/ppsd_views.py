@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.trace import Check, Event, Prefill, RunEnd, RunStart
+from engines.core.trace import Check, Event, Prefill, RunEnd, RunStart
 
 from .pipeline import gantt_rows, pipeline_metrics
 from .theory import eesd_speedup, ppsd_gain, ppsd_speedup

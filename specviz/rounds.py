@@ -16,7 +16,15 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.trace import Commit, DraftTree, Event, Prefill, RunStart, StageSpan, Verification
+from engines.core.trace import (
+    Commit,
+    DraftTree,
+    Event,
+    Prefill,
+    RunStart,
+    StageSpan,
+    Verification,
+)
 
 from .tokens import FATE_COLOURS
 

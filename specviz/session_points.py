@@ -12,8 +12,8 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from engines.stats import Stats
-from engines.trace import Event, RunEnd, RunStart
+from engines.core.stats import Stats
+from engines.core.trace import Event, RunEnd, RunStart
 
 from .figures import chain_speedup_on_curve
 from .sweep import draft_seconds

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from engines import Engine
-from engines.trace import StageSpan
+from engines.core.trace import StageSpan
 
 
 def draft_seconds(events) -> float:

@@ -18,8 +18,8 @@ the verdict (Mirror-SD, SSD) has latency laws of its own: see the last section.
 from __future__ import annotations
 
 import heapq
-import math
 import json
+import math
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -266,7 +266,7 @@ def law_tokens_per_s(tokens_per_round: float, step_seconds: float) -> float:
 #     T_cycle = T_draft,client + RTT + 8·(bytes_up + bytes_down)/BW + T_verify,server + T_LSA      [derived]
 #     server calls per answer ≈ n_generated / τ                                               (paper)
 #
-# with bytes_up = 4M and bytes_down = 3A + 2A·E_kv·(TLI+1) (Table 7, :func:`engines.network.table7_bytes`).
+# with bytes_up = 4M and bytes_down = 3A + 2A·E_kv·(TLI+1) (Table 7, :func:`engines.network.link.table7_bytes`).
 
 
 def moa_cycle_seconds(t_draft: float, rtt: float, bytes_up: float, bytes_down: float, bandwidth_bps: float | None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Iterable
 
-from engines.trace import Commit, Event
+from engines.core.trace import Commit, Event
 
 FATE_COLOURS = {"target": "#9e9e9e", "accepted": "#2e7d32", "correction": "#c62828", "bonus": "#1565c0"}
 FATE_LABELS = {"target": "target only", "accepted": "accepted draft", "correction": "correction",

@@ -7,7 +7,7 @@ replayed trace draws the same pictures as a live run, and chains (``sps``) draw 
 * :func:`tree_figure` — which branches were drafted, which the target was shown, which it tried and
   which path it kept: the reason a tree commits more per call than a chain of the same drafter.
 * :func:`tree_mask_figure` — how one target forward verifies every branch at once: each node attends
-  to the root, its ancestors and itself (:func:`engines.layers.tree_mask`, the mask the engine uses).
+  to the root, its ancestors and itself (:func:`engines.model.layers.tree_mask`, the mask the engine uses).
 * :func:`predicted_tau` / :func:`tau_vs_tree_size` / :func:`tree_size_sweep` — how τ grows with the
   number of nodes sent, measured by runs at several ``total_tokens`` and predicted from the trees of a
   single large run (greedy: smaller trees keep the best-scoring nodes, so a round's outcome at size m
@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from engines.layers import tree_mask
-from engines.trace import Commit, DraftTree, Event, RunStart, Verification
+from engines.core.trace import Commit, DraftTree, Event, RunStart, Verification
+from engines.model.layers import tree_mask
 
 from .theory import best_tree_paths, expected_tree_tokens, tree_speedup
 from .tokens import FATE_COLOURS

@@ -5,7 +5,7 @@ Both methods let the draft lane prepare round t+1's window while the target is s
 Mirror from the target's early exit (top-κ at each of the γ+1 positions), SSD from the draft's own logits
 (fan-out F_k per accepted length k). When the verdict ``(k accepted, token c)`` arrives, a prepared window
 is reused (hit) or a fresh one is made on the critical path (fallback / backup). Every view here answers
-one question about that bet, from the trace schema 4 events of :mod:`engines.trace`:
+one question about that bet, from the trace schema 4 events of :mod:`engines.core.trace`:
 
 * :func:`verdict_metrics` / :func:`draft_time_split` — the numbers: τ, acceptance, hit rate, how much draft
   work hid under target compute and how much the target waited for, stage costs, message hops, and the
@@ -29,10 +29,28 @@ from typing import Callable, Iterable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.speculation_cache import (acceptance_law, fit_power_law, geometric_fanout, predicted_hit_rate,
-                                       uniform_fanout)
-from engines.trace import (Backup, BranchRollout, CacheBuild, CacheLookup, Commit, EeMessage, Event, LaneMessage,
-                           Prefill, ReuseDecision, RunEnd, RunStart, StageSpan)
+from engines.core.trace import (
+    Backup,
+    BranchRollout,
+    CacheBuild,
+    CacheLookup,
+    Commit,
+    EeMessage,
+    Event,
+    LaneMessage,
+    Prefill,
+    ReuseDecision,
+    RunEnd,
+    RunStart,
+    StageSpan,
+)
+from engines.programs.verdict.speculation_cache import (
+    acceptance_law,
+    fit_power_law,
+    geometric_fanout,
+    predicted_hit_rate,
+    uniform_fanout,
+)
 
 from .theory import law_tokens_per_s, mirror_step_time, ssd_round_time
 
@@ -756,7 +774,7 @@ def miss_curve(events: Sequence[Event], max_fanout: int = 64) -> list[tuple[int,
 
 def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figure:
     """miss(F) against F on log–log axes (§5.9 view 3) from the logged ranks, with the power law c·F^{−r}
-    fitted by :func:`engines.speculation_cache.fit_power_law`: r is what the geometric fan-out needs."""
+    fitted by :func:`engines.programs.verdict.speculation_cache.fit_power_law`: r is what the geometric fan-out needs."""
     curve = miss_curve(events, max_fanout)
     ranks = [x.rank for x in _of(events, CacheLookup)]
     fig = go.Figure()

@@ -35,13 +35,20 @@ import plotly.graph_objects as go
 from IPython.display import display
 
 from engines import METHODS, Engine
-from engines.trace import Commit, Event, RunEnd, RunStart
+from engines.core.trace import Commit, Event, RunEnd, RunStart
 
-from .theory import (expected_speedup, expected_tokens_per_round, expected_tree_tokens, full_tree_nodes, optimal_gamma,
-                     rank_probabilities, tree_speedup)
 from . import cats_views as cv
 from .cats_views import cats_theory_figure, cats_theory_readout, layer_time_model
 from .figures import token_stream_figure
+from .theory import (
+    expected_speedup,
+    expected_tokens_per_round,
+    expected_tree_tokens,
+    full_tree_nodes,
+    optimal_gamma,
+    rank_probabilities,
+    tree_speedup,
+)
 from .tokens import legend_html, token_stream_html
 from .trees import tree_budget_figure, verify_cost_figure
 
@@ -431,7 +438,11 @@ def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, fl
 # --- SSD's fan-out (paper 002; docs/mirror-and-ssd.md) -----------------------------------------------
 def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
     """The two fan-outs and their predicted hit rates, as one line of HTML."""
-    from engines.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
+    from engines.programs.verdict.speculation_cache import (
+        geometric_fanout,
+        predicted_hit_rate,
+        uniform_fanout,
+    )
 
     geometric = geometric_fanout(lookahead, budget, a_p, r)
     uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
@@ -477,7 +488,7 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
 def message_size_readout(accepted: int, nodes: int, tli: int, kv_width: int, hidden: int,
                          bytes_per_value: float = 1.0) -> str:
     """MoA's and EAGLE's bytes down per cycle and the TLI from which MoA's message is the bigger one, as HTML."""
-    from engines.network import table7_bytes
+    from engines.network.link import table7_bytes
 
     from .theory import moa_break_even_tli
 

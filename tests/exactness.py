@@ -2,7 +2,7 @@
 chi-square test.
 
 A verification rule is lossless when the tokens it commits follow the target's distribution whatever the
-draft proposed. These tests run the engine's own rules (``engines.verify``, ``engines.tree``, ...) on a
+draft proposed. These tests run the engine's own rules (``engines.core.acceptance``, ``engines.core.draft_tree``, ...) on a
 *table model*: p(· | prefix) and q(· | prefix) are fixed random distributions over a few tokens, looked up
 by prefix, so a decoding loop costs microseconds instead of a transformer forward, and the exact law of
 the first few committed tokens is a product of table entries. Each rule's test has a broken twin (the

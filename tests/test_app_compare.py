@@ -17,8 +17,12 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from streamlit.testing.v1 import AppTest
 
 from engines import METHODS
-from engines.trace import Commit
-from specviz.compare import cumulative_tokens, cumulative_tokens_figure, speedup_bar_figure
+from engines.core.trace import Commit
+from specviz.compare import (
+    cumulative_tokens,
+    cumulative_tokens_figure,
+    speedup_bar_figure,
+)
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "pages" / "0_⚖️_Compare.py"
@@ -27,6 +31,7 @@ import compare_helpers as ch  # noqa: E402
 import live as lv  # noqa: E402
 import url_state as us  # noqa: E402
 from dashboard_helpers import strip_html  # noqa: E402
+
 from tests.lane_processes import lane_workers  # noqa: E402
 
 PROMPT = "List three primary colours, then three secondary colours."

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engines.trace import LinkSend, RunEnd, RunStart
+from engines.core.trace import LinkSend, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "pages" / "7_🧩_MoA.py"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engines.core.trace import RunStart, StageCompute
 from engines.lanes import lane_capacity
-from engines.pipeline import stage_count
-from engines.trace import RunStart, StageCompute
+from engines.programs.pipeline import stage_count
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "pages" / "4_🚰_PPSD.py"

@@ -28,7 +28,7 @@ def test_this_sessions_chain_runs_appear_on_the_model():
     """Runs the Run and Compare pages finished (kept by ``live.remember``) appear as predicted-against-measured
     points; ``ar`` and errors do not, nor runs in another dtype than the page's engine."""
     from engines import Engine
-    from engines.model import default_dtype
+    from engines.model.loading import default_dtype
 
     engine = Engine.load(dtype=default_dtype("cpu"))
     prompt = "Repeat this line twice: the quick brown fox jumps over the lazy dog."

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from engines.trace import CacheBuild, EeMessage, RunEnd, RunStart
+from engines.core.trace import CacheBuild, EeMessage, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
 MIRROR = APP / "pages" / "5_🪞_Mirror_SD.py"

@@ -7,8 +7,8 @@ import torch
 
 from engines import Engine
 from engines.drafters.heads import AdapterHead
-from engines.layers import LayerStack
 from engines.methods.cats import correction_tree
+from engines.model.layers import LayerStack
 from tests.conftest import tiny_llama
 
 

@@ -13,10 +13,20 @@ import json
 
 import pytest
 
+from engines.core.stats import Stats, compute_stats
+from engines.core.trace import (
+    Commit,
+    DraftTree,
+    KvRollback,
+    Prefill,
+    RunEnd,
+    RunStart,
+    ShallowVerification,
+    StageSpan,
+    StreamChunk,
+    Verification,
+)
 from engines.engine import RunResult
-from engines.stats import Stats, compute_stats
-from engines.trace import (Commit, DraftTree, KvRollback, Prefill, RunEnd, RunStart, ShallowVerification, StageSpan,
-                           StreamChunk, Verification)
 from specviz import cats_views as cv
 from specviz.theory import cats_cycle_seconds, cats_speedup, streamed_pass_seconds
 from specviz.trees import CORRECTION_LABEL, CORRECTION_SYMBOL, tree_figure

@@ -8,11 +8,18 @@ import sys
 
 import pytest
 
-from engines.stats import compute_stats
-from engines.trace import Commit
+from engines.core.stats import compute_stats
+from engines.core.trace import Commit
 from engines.training.data import held_out
-from specviz.bench import (Tally, parse_method, pooled_speedups, project_relative, run_bench, split_methods,
-                           to_markdown)
+from specviz.bench import (
+    Tally,
+    parse_method,
+    pooled_speedups,
+    project_relative,
+    run_bench,
+    split_methods,
+    to_markdown,
+)
 from specviz.prompts import DEFAULT_PROMPTS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -6,7 +6,8 @@ lookahead stream's own q, in a branch rollout or a speculation cache) and hands 
 rule. The rule is exact for whatever q it is given *if* that q is the one the token was drawn from. So
 instead of 3,000 seeded runs per path, one sampled run per path records every draw the engine makes
 (``Sampler.draw`` and ``Sampler.draw_by_cdf``: the token and the exact tensor it came from) and every
-(token, q) the rules judge (``sample_chain``, ``judge_token``, ``sample_tree``), and asserts each judged q
+(token, q) the rule judges (``engines.core.acceptance.judge``, which every chain, tree and single token
+goes through), and asserts each judged q
 *is*, value for value, a distribution that token was drawn from. Point-mass proposals (lookups, top-k
 picks, CATS corrections, SSD's n-gram backup) are judged with q = None; each path states whether its rules
 judge drawn tokens, point masses or both, so a drawn token passed on as a point mass is caught too.
@@ -29,12 +30,11 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-import engines.pipeline as pipeline
-import engines.tree as tree_module
-import engines.verify as verify
+import engines.core.acceptance as acceptance
+import engines.core.round as round_core
 from engines import Engine
+from engines.core.sampling import Sampler
 from engines.drafters.trained import build_module, save_trained, set_vocab
-from engines.sampling import Sampler
 from tests.conftest import tiny_llama
 
 PROMPT = [1, 2, 3]
@@ -81,25 +81,16 @@ def routing(monkeypatch) -> Routing:
     monkeypatch.setattr(Sampler, "draw", recording(Sampler.draw))
     monkeypatch.setattr(Sampler, "draw_by_cdf", recording(Sampler.draw_by_cdf))
 
-    chain, tree, token = verify.sample_chain, tree_module.sample_tree, pipeline.judge_token
+    judge = acceptance.judge
 
-    def sample_chain(draft, draft_probs, target_probs, sampler):
-        for i, t in enumerate(draft):
-            log.judged.append((t, None if draft_probs is None else draft_probs[i], "sample_chain"))
-        return chain(draft, draft_probs, target_probs, sampler)
+    def recording_judge(drafted, target_logits, sampler, *args, **kwargs):
+        if not sampler.greedy:
+            for node in drafted.nodes:
+                log.judged.append((node.token, node.q, "judge"))
+        return judge(drafted, target_logits, sampler, *args, **kwargs)
 
-    def sample_tree(drafted, target_probs, sampler):
-        for node in drafted.nodes:
-            log.judged.append((node.token, node.q, "sample_tree"))
-        return tree(drafted, target_probs, sampler)
-
-    def judge_token(t, p, q, sampler):
-        log.judged.append((t, q, "judge_token"))
-        return token(t, p, q, sampler)
-
-    monkeypatch.setattr(verify, "sample_chain", sample_chain)
-    monkeypatch.setattr(tree_module, "sample_tree", sample_tree)
-    monkeypatch.setattr(pipeline, "judge_token", judge_token)
+    monkeypatch.setattr(acceptance, "judge", recording_judge)  # judge_chain and judge_token call it here
+    monkeypatch.setattr(round_core, "judge", recording_judge)
     return log
 
 
@@ -122,7 +113,7 @@ def engine(tmp_path_factory):
     """A deep vocabulary-8 target with every kind of drafter the methods take, saved as shipped ones: a
     separate draft model, an exit head at layer 1 restricted to ``DRAFT_VOCAB``, a speculative-streaming
     draft with two lookahead streams, MoA drafters (TLI 0 and 1) and CATS adapters at layers 1 and 2."""
-    from engines.drafters.moa import moa_name
+    from engines.drafters.moa_head import moa_name
     from tests.test_cats import with_random_adapters
     from tests.test_moa import random_moa
 
@@ -241,7 +232,7 @@ def test_stream_tokens_judged_against_the_main_streams_q_are_caught(engine, rout
 
 def test_saguaro_judged_against_the_unshaped_q_is_caught(engine, routing, monkeypatch):
     """Drawing a window from σ_{F,C} but verifying it against the draft's plain q."""
-    from engines.branch_rollout import BranchDrafter
+    from engines.programs.verdict.branch_rollout import BranchDrafter
 
     def draw_shaped_report_plain(logits, depth, sampler, shape, branch):
         q = sampler.probs(logits[None])[0]
@@ -255,10 +246,10 @@ def test_saguaro_judged_against_the_unshaped_q_is_caught(engine, routing, monkey
 
 def test_a_drawn_token_judged_as_a_point_mass_is_caught(engine, routing, monkeypatch):
     """Dropping q on the way to the rule (the token was drawn, the rule sees a lookup)."""
-    import engines.speculative as speculative
+    import engines.programs.chain as chain_program
 
-    monkeypatch.setattr(speculative, "verify_chain", lambda tokens, probs, logits, sampler:
-                        verify.verify_chain(tokens, None, logits, sampler))
+    monkeypatch.setattr(chain_program, "chain_tree", lambda tokens, probs, logprobs:
+                        acceptance.chain_tree(tokens, None, logprobs))
     drawn, point = routed(engine, routing, "sps", {"draft": "other", "gamma": 3})
     assert point and not drawn  # the expectation "drawn" in PATHS is what catches it
 

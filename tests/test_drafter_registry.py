@@ -7,8 +7,18 @@ import json
 import pytest
 
 from engines import Engine
-from engines.drafters.registry import (EXIT, KINDS, MOA, SPS, TREE, VERDICT, drafter_kind, drafter_kind_names,
-                                       drafters_for, shipped_kind)
+from engines.drafters.registry import (
+    EXIT,
+    KINDS,
+    MOA,
+    SPS,
+    TREE,
+    VERDICT,
+    drafter_kind,
+    drafter_kind_names,
+    drafters_for,
+    shipped_kind,
+)
 from engines.drafters.trained import available, read_card
 from engines.training.recipes import LOSSES
 

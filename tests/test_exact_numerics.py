@@ -1,6 +1,6 @@
 """Row-invariant numerics on PyTorch's path (where the native step cannot run; tests/test_native_step.py covers
 it): in bf16 a verification over n tokens must give every row the bits of n one-token
-steps, so that a lossless method's greedy output equals `ar`'s exactly (see engines/exact_numerics.py).
+steps, so that a lossless method's greedy output equals `ar`'s exactly (see engines/model/exact_numerics.py).
 
 Unit tests run a tiny random bf16 Llama (wide enough that its matmuls take the same kernel paths as the real
 model's); one integration test runs the default model in bf16 against `ar`.
@@ -13,8 +13,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engines import Engine
-from engines.exact_numerics import ROW_INVARIANT_ATTENTION
-from engines.kernels import KernelPlan, stock_kernels
+from engines.model.exact_numerics import ROW_INVARIANT_ATTENTION
+from engines.model.kernels import KernelPlan, stock_kernels
 
 
 def bf16_llama(seed: int = 0) -> LlamaForCausalLM:

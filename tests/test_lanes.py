@@ -16,9 +16,19 @@ import time
 import pytest
 
 from engines import Engine
-from engines.lanes import Emit, LaneClocks, LaneError, LaneSpec, Message, MessageCost, Recv, Send, run_serial
+from engines.core.trace import read_jsonl, write_jsonl
+from engines.lanes import (
+    Emit,
+    LaneClocks,
+    LaneError,
+    LaneSpec,
+    Message,
+    MessageCost,
+    Recv,
+    Send,
+    run_serial,
+)
 from engines.lanes.runtime import PROJECT_ROOT
-from engines.trace import read_jsonl, write_jsonl
 from specviz.pipeline import gantt_rows, pipeline_metrics
 from specviz.theory import ppsd_gain, ppsd_speedup
 from tests.conftest import tiny_llama
@@ -259,7 +269,7 @@ def test_real_model_ppsd_is_token_identical_to_ar_in_fp32(real_engine):
 
 
 def test_a_stage_loads_only_its_own_layers(engine):
-    from engines.model import load_layers
+    from engines.model.loading import load_layers
 
     model = load_layers(engine.lanes_source(), "float32", "cpu", range(2, 4), head=True)
     real = {name.split(".")[2] for name, p in model.named_parameters() if p.device.type != "meta" and ".layers." in name}

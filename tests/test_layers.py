@@ -2,7 +2,7 @@
 
 import torch
 
-from engines.layers import LayerStack, tree_mask
+from engines.model.layers import LayerStack, tree_mask
 
 PROMPT = "The quick brown fox jumps over the lazy dog because"
 

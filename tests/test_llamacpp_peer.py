@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from specviz import bench, bench_results as br, llamacpp_peer
+from specviz import bench, llamacpp_peer
+from specviz import bench_results as br
 from specviz.bench import parse_method, run_bench, split_methods, to_markdown
 from specviz.llamacpp_peer import PEER_METHODS, PeerUnavailable
 

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from engines import Engine
-from engines.decoding import DecodeContext
-from engines.drafters.moa import MoAHead, moa_name
+from engines.core.context import DecodeContext
+from engines.core.draft_tree import DraftTreeNodes, TreeNode
+from engines.core.sampling import Sampler
+from engines.core.trace import LinkSend, Trace
 from engines.drafters.moa_drafter import MoADrafter, VerifiedBlock
+from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.trained import save_trained
-from engines.layers import LayerStack
-from engines.network import decode_verdict
-from engines.sampling import Sampler
-from engines.trace import LinkSend, Trace
-from engines.tree import DraftTreeNodes, TreeNode
+from engines.model.layers import LayerStack
+from engines.network.link import decode_verdict
 from tests.conftest import tiny_llama
 
 PROMPTS = ([1, 2, 3], [4, 4, 5, 6, 7])
@@ -120,14 +120,14 @@ def test_activations_survive_the_wire_to_8_bits():
     block = VerifiedBlock.from_activations(rows, 16, 1)
     assert block.memory.shape == (5, 16) and block.tli_kv.shape == (1, 2, 5, 12)
     torch.testing.assert_close(block.activations(), rows)
-    from engines.network import encode_verdict
+    from engines.network.link import encode_verdict
     ids, decoded = decode_verdict(encode_verdict([1, 2, 3, 4, 5], rows))
     assert ids == [1, 2, 3, 4, 5]
     assert (decoded - rows).abs().max() <= rows.abs().max() / 127
 
 
 def test_first_message_is_gzipped_and_smaller(moa_engine):
-    from engines.network import encode_verdict
+    from engines.network.link import encode_verdict
     rows = torch.randn(30, 64).round()
     assert len(encode_verdict([1], rows, compress=True)) < len(encode_verdict([1], rows))
     assert gzip  # the stdlib codec the wire format uses

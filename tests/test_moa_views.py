@@ -15,12 +15,16 @@ import pytest
 import torch
 
 from engines import Engine
-from engines.drafters.moa import MoAHead, moa_name
+from engines.core.trace import Commit, DraftStep, LinkSend, Lsa, StageSpan, Verification
+from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.trained import save_trained
-from engines.network import PROFILES, table7_bytes
-from engines.trace import Commit, DraftStep, LinkSend, Lsa, StageSpan, Verification
+from engines.network.link import PROFILES, table7_bytes
 from specviz import moa_views as mv
-from specviz.theory import moa_break_even_tli, moa_cycle_seconds, server_calls_per_answer
+from specviz.theory import (
+    moa_break_even_tli,
+    moa_cycle_seconds,
+    server_calls_per_answer,
+)
 from tests.conftest import tiny_llama
 
 PROMPT = [4, 4, 5, 6, 7]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engines import Engine
-from engines.layers import chain_parents, tree_mask
-from engines.native import step as native_step
+from engines.model.layers import chain_parents, tree_mask
+from engines.model.native import step as native_step
 from tests.conftest import tiny_llama
 from tests.test_exact_numerics import bf16_llama
 
@@ -115,7 +115,7 @@ def test_what_the_native_step_cannot_take_runs_pytorchs_path():
 def test_the_default_dtype_is_the_measured_choice_measured_once(tmp_path, monkeypatch):
     """No CPU flag decides: the cached measurement does (a missing one is measured; here a stand-in records the
     call) by the step that runs, and the engine says which step runs and why."""
-    from engines import step_choice
+    from engines.model import step_choice
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     measured = []
@@ -142,7 +142,7 @@ def test_the_native_step_can_be_switched_off_for_every_process(monkeypatch):
 
 
 def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_path, monkeypatch, caplog):
-    from engines.native import library
+    from engines.model.native import library
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # nothing built here yet
     monkeypatch.setattr(library, "_loaded", {})

@@ -1,15 +1,26 @@
-"""The simulated client–server link (engines/network.py): real bytes on the wire, simulated seconds."""
+"""The simulated client–server link (engines/network/link.py): real bytes on the wire, simulated seconds."""
 
 import math
 
 import pytest
 import torch
 
-from engines.network import (
-    HEADER, PROFILES, Delivery, Link, LinkProfile, decode_draft, decode_verdict, dequantize_rows, encode_draft,
-    encode_verdict, link_profile, quantize_rows, table7_bytes, transfer_seconds,
+from engines.network.link import (
+    HEADER,
+    PROFILES,
+    Delivery,
+    Link,
+    LinkProfile,
+    decode_draft,
+    decode_verdict,
+    dequantize_rows,
+    encode_draft,
+    encode_verdict,
+    link_profile,
+    quantize_rows,
+    table7_bytes,
+    transfer_seconds,
 )
-
 
 # --- profiles -----------------------------------------------------------------------------------------
 

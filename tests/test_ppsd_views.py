@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from engines import Engine
+from engines.core.trace import Check, Prefill, RunStart, StageCompute, StageSpan
 from engines.lanes import MessageCost
-from engines.trace import Check, Prefill, RunStart, StageCompute, StageSpan
 from specviz import ppsd_views as pv
 from specviz.pipeline import gantt_rows, text_strip
 from specviz.theory import eesd_speedup, ppsd_gain, ppsd_speedup

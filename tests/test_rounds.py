@@ -1,4 +1,4 @@
-"""Round-by-round views (specviz.rounds) and the refusal the engine records (engines.rejection_view), on
+"""Round-by-round views (specviz.rounds) and the refusal the engine records (engines.core.rejection_view), on
 tiny random models: every refused draft token is the one the round drafted at the first unaccepted
 position, its p and q are the ones the rule compared, and the views strike it through."""
 
@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from engines.rejection_view import rejection_view
-from engines.sampling import Sampler
-from engines.trace import Commit, DraftTree, StageSpan, Verification
+from engines.core.rejection_view import rejection_view
+from engines.core.sampling import Sampler
+from engines.core.trace import Commit, DraftTree, StageSpan, Verification
 from specviz import rounds
 from tests.conftest import tiny_llama
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines import Engine, small_m_kernel
-from engines.fused_layer import Projection
+from engines import Engine
+from engines.model import small_m_kernel
+from engines.model.fused_layer import Projection
 from tests.conftest import tiny_llama
 
 needs_kernel = pytest.mark.skipif(small_m_kernel.kernel() is None, reason="no AVX2/FMA or no C compiler here")

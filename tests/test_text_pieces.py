@@ -6,8 +6,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from engines import Engine
-from engines.model import DEFAULT_MODEL, model_source
-from engines.text_pieces import REPLACEMENT, IncrementalDetokenizer
+from engines.core.text_pieces import REPLACEMENT, IncrementalDetokenizer
+from engines.model.loading import DEFAULT_MODEL, model_source
 
 TEXTS = ["Café 🙂 日本語 naïve — ok", "🦜🦜 ünïcödé", "plain ascii, then 中文 at the end: 語"]
 

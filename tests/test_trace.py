@@ -1,8 +1,8 @@
 """Traces serialize to JSON lines, replay to the same stats, reach live subscribers, and can be slimmed."""
 
 from engines import Trace, compute_stats, read_jsonl, write_jsonl
-from engines.stats import Stats
-from engines.trace import Commit, DraftTree, StageSpan, Verification
+from engines.core.stats import Stats
+from engines.core.trace import Commit, DraftTree, StageSpan, Verification
 from specviz.figures import draft_depth_acceptance_figure
 
 

@@ -12,14 +12,37 @@ import math
 import pytest
 import torch
 
-from engines.layers import tree_mask
-from engines.trace import Commit, DraftTree, RunEnd, RunStart, Verification
-from engines.tree import DraftTreeNodes, TreeNode
-from specviz.theory import (best_tree_paths, expected_tokens_per_round, expected_tree_tokens, full_tree_nodes,
-                            heldout_topk_agreement, rank_probabilities, tree_speedup)
-from specviz.trees import (mean_tree_size, node_outcomes, predicted_tau, root_token, round_events, run_row,
-                           showcase_round, tau_vs_tree_size, token_label, tree_budget_figure, tree_figure, tree_layout,
-                           tree_mask_figure, tree_nodes, tree_size_sweep, verify_cost_figure, verify_parents)
+from engines.core.draft_tree import DraftTreeNodes, TreeNode
+from engines.core.trace import Commit, DraftTree, RunEnd, RunStart, Verification
+from engines.model.layers import tree_mask
+from specviz.theory import (
+    best_tree_paths,
+    expected_tokens_per_round,
+    expected_tree_tokens,
+    full_tree_nodes,
+    heldout_topk_agreement,
+    rank_probabilities,
+    tree_speedup,
+)
+from specviz.trees import (
+    mean_tree_size,
+    node_outcomes,
+    predicted_tau,
+    root_token,
+    round_events,
+    run_row,
+    showcase_round,
+    tau_vs_tree_size,
+    token_label,
+    tree_budget_figure,
+    tree_figure,
+    tree_layout,
+    tree_mask_figure,
+    tree_nodes,
+    tree_size_sweep,
+    verify_cost_figure,
+    verify_parents,
+)
 from specviz.widgets import tree_theory_readout
 
 

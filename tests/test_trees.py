@@ -5,9 +5,11 @@ import pytest
 import torch
 
 from engines import Engine
-from engines.dynamic_tree import TreeSizer, best_nodes
-from engines.layers import LayerStack
-from engines.tree import DraftTreeNodes, TreeNode, greedy_tree, keep_path
+from engines.core.acceptance import judge
+from engines.core.draft_tree import DraftTreeNodes, TreeNode, keep_path
+from engines.core.sampling import Sampler
+from engines.drafters.tree_growth import TreeSizer, best_nodes
+from engines.model.layers import LayerStack
 from tests.conftest import tiny_llama
 
 
@@ -63,13 +65,13 @@ def one_hot_rows(tokens, vocab=12):
 def test_greedy_tree_walks_the_matching_branch():
     tree = small_tree()
     # rows: after the root, then after each node. Target: b(6) after root, d(8) after b, 3 after d
-    verdict = greedy_tree(tree, one_hot_rows([6, 0, 8, 0, 3, 0]))
+    verdict = judge(tree, one_hot_rows([6, 0, 8, 0, 3, 0]), Sampler(0.0))
     assert verdict.path == [1, 3]
     assert (verdict.next_token, verdict.next_fate) == (3, "bonus")
     assert verdict.outcomes == ["rejected", "accepted", "unreached", "accepted", "unreached"]
-    verdict = greedy_tree(tree, one_hot_rows([5, 7, 0, 9, 0, 4]))
+    verdict = judge(tree, one_hot_rows([5, 7, 0, 9, 0, 4]), Sampler(0.0))
     assert verdict.path == [0, 2, 4] and (verdict.next_token, verdict.next_fate) == (4, "bonus")
-    verdict = greedy_tree(tree, one_hot_rows([5, 11, 0, 0, 0, 0]))
+    verdict = judge(tree, one_hot_rows([5, 11, 0, 0, 0, 0]), Sampler(0.0))
     assert verdict.path == [0] and (verdict.next_token, verdict.next_fate) == (11, "correction")
 
 

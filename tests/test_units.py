@@ -3,11 +3,11 @@
 import pytest
 import torch
 
+from engines.core.acceptance import judge_chain, residual_distribution
+from engines.core.sampling import Sampler
 from engines.drafters import lookup
 from engines.drafters.heads import SharedHead
-from engines.layers import LayerStack
-from engines.sampling import Sampler
-from engines.verify import greedy_chain, residual_distribution, sample_chain
+from engines.model.layers import LayerStack
 from specviz.theory import expected_speedup, expected_tokens_per_round, optimal_gamma
 from tests.conftest import tiny_llama
 
@@ -19,11 +19,12 @@ def one_hot_logits(tokens, vocab=6):
 
 
 def test_greedy_chain_accepts_matching_prefix_then_corrects():
-    verdict = greedy_chain([1, 2, 3], one_hot_logits([1, 2, 4, 5]))
+    greedy = Sampler(0.0)
+    verdict = judge_chain([1, 2, 3], None, one_hot_logits([1, 2, 4, 5]), greedy)
     assert (verdict.n_accepted, verdict.next_token, verdict.next_fate) == (2, 4, "correction")
-    verdict = greedy_chain([1, 2], one_hot_logits([1, 2, 5]))
+    verdict = judge_chain([1, 2], None, one_hot_logits([1, 2, 5]), greedy)
     assert (verdict.n_accepted, verdict.next_token, verdict.next_fate) == (2, 5, "bonus")
-    assert greedy_chain([], one_hot_logits([3])).next_token == 3
+    assert judge_chain([], None, one_hot_logits([3]), greedy).next_token == 3
 
 
 def test_residual_distribution():
@@ -32,9 +33,9 @@ def test_residual_distribution():
     assert torch.equal(residual_distribution(p, p), p)  # nothing left: fall back to p
 
 
-def test_sample_chain_point_mass_rejected_when_target_gives_zero():
+def test_point_mass_rejected_when_target_gives_zero():
     p = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
-    verdict = sample_chain([0], None, p, Sampler(1.0, seed=0))
+    verdict = judge_chain([0], None, p.log(), Sampler(1.0, seed=0))
     assert (verdict.n_accepted, verdict.next_token) == (0, 1)
 
 

@@ -13,12 +13,21 @@ import pytest
 import torch
 
 from engines import Engine
-from engines.branch_rollout import BranchDrafter
+from engines.core.sampling import Sampler
 from engines.drafters.streaming import StreamingDraft, StreamingDrafter
-from engines.layers import LayerStack
-from engines.sampling import Sampler
-from engines.speculation_cache import (Root, SpeculationCache, Window, acceptance_law, fit_power_law, geometric_fanout,
-                                       predicted_hit_rate, saguaro, uniform_fanout)
+from engines.model.layers import LayerStack
+from engines.programs.verdict.branch_rollout import BranchDrafter
+from engines.programs.verdict.speculation_cache import (
+    Root,
+    SpeculationCache,
+    Window,
+    acceptance_law,
+    fit_power_law,
+    geometric_fanout,
+    predicted_hit_rate,
+    saguaro,
+    uniform_fanout,
+)
 from tests.conftest import tiny_llama
 from tests.lane_processes import lane_workers
 

@@ -28,12 +28,33 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
-from engines.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
-from engines.trace import (Backup, BranchRollout, CacheBuild, CacheLookup, Commit, EeMessage, LaneMessage, Prefill,
-                           ReuseDecision, RunStart, StageSpan, read_jsonl)
+from engines.core.trace import (
+    Backup,
+    BranchRollout,
+    CacheBuild,
+    CacheLookup,
+    Commit,
+    EeMessage,
+    LaneMessage,
+    Prefill,
+    ReuseDecision,
+    RunStart,
+    StageSpan,
+    read_jsonl,
+)
+from engines.programs.verdict.speculation_cache import (
+    geometric_fanout,
+    predicted_hit_rate,
+    uniform_fanout,
+)
 from specviz import verdict_views as vv
-from specviz.theory import (law_tokens_per_s, mirror_speedup_vs_sd, mirror_step_time, ssd_round_time,
-                            ssd_speedup_vs_sd)
+from specviz.theory import (
+    law_tokens_per_s,
+    mirror_speedup_vs_sd,
+    mirror_step_time,
+    ssd_round_time,
+    ssd_speedup_vs_sd,
+)
 
 TRACES = Path(__file__).resolve().parent / "data" / "verdict"
 MIRROR_LANES = "mirror_gamma5_kappa4_exit15_norm_lanes"

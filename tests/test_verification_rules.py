@@ -1,9 +1,9 @@
 """Every lossless verification rule keeps the target's distribution, and the test catches its broken twin.
 
-One test per rule the engine implements — the chain (``sample_chain``, drafts drawn from q and point-mass
-lookups), token-by-token judging (``judge_token``, PPSD's last stage), the multi-candidate tree walk
-(``sample_tree``, sampled and point-mass children), CATS's correction siblings, SAGUARO's shaped draft
-(SSD) and Mirror-SD's token match — each run on a table model (``tests/exactness.py``) for N decoded
+The engine writes the rule once (:mod:`engines.core.acceptance`); one test per way the methods use it —
+the chain (``judge_chain``, drafts drawn from q and point-mass lookups), token-by-token judging
+(``judge_token``, PPSD's last stage), the multi-candidate tree walk (``judge``, sampled and point-mass
+children), CATS's correction siblings, SAGUARO's shaped draft (SSD) and Mirror-SD's token match — each run on a table model (``tests/exactness.py``) for N decoded
 sequences of ``LENGTH`` tokens and compared with their exact law. Each has a twin with one piece of the
 rule broken (the residual, the point-mass residual, the q it is judged against, ...) that must be
 rejected at p < 1e-6.
@@ -37,15 +37,20 @@ from typing import Callable
 import pytest
 import torch
 
-import engines.tree as tree_module
-import engines.verify as verify
+import engines.core.acceptance as acceptance
+from engines.core.acceptance import Verdict, judge, judge_chain, judge_token
+from engines.core.draft_tree import DraftTreeNodes, TreeNode
+from engines.core.sampling import Sampler
 from engines.methods.cats import correction_tree
-from engines.sampling import Sampler
-from engines.speculation_cache import saguaro
-from engines.tree import DraftTreeNodes, TreeNode, sample_tree
-from engines.verdict_speculation import token_match_chain
-from engines.verify import Verdict, judge_token, sample_chain
-from tests.exactness import PASS_P, REJECT_P, TableModel, chi_square, critical_value, sample_sequences
+from engines.programs.verdict.speculation_cache import saguaro
+from tests.exactness import (
+    PASS_P,
+    REJECT_P,
+    TableModel,
+    chi_square,
+    critical_value,
+    sample_sequences,
+)
 
 VOCAB = 4
 LENGTH = 3  # committed tokens compared per run: 4³ = 64 sequences
@@ -61,9 +66,14 @@ def models() -> tuple[TableModel, TableModel, TableModel]:
     return TableModel(VOCAB, seed=1), TableModel(VOCAB, seed=2), TableModel(VOCAB, seed=4, scale=1.0)
 
 
+def exact_chain(tokens: list[int], q: torch.Tensor | None, rows: torch.Tensor, sampler: Sampler) -> Verdict:
+    """The engine's chain judgement on the table's probability rows (as logits: their logs)."""
+    return judge_chain(tokens, q, rows.log(), sampler)
+
+
 # --- one decoding loop per rule: rounds until LENGTH tokens are committed ---------------------------------
 def decode_chain(target: TableModel, draft: TableModel, sampler: Sampler, shape: Callable | None = None,
-                 judged_q: Callable | None = None, rule: Callable = sample_chain) -> tuple[int, ...]:
+                 judged_q: Callable | None = None, rule: Callable | None = None) -> tuple[int, ...]:
     """Draft γ tokens from q (or from SAGUARO's σ = ``shape(q)``), judge the chain against what they were
     drawn from (or against ``judged_q(q, σ)``: a twin), commit the accepted prefix and the next token."""
     out: list[int] = []
@@ -77,7 +87,7 @@ def decode_chain(target: TableModel, draft: TableModel, sampler: Sampler, shape:
             plain.append(q)
         judged = [judged_q(q, s) for q, s in zip(plain, drawn_from)] if judged_q is not None else drawn_from
         rows = target.rows(tuple(out), [tokens[:i] for i in range(GAMMA + 1)])
-        verdict = rule(tokens, torch.stack(judged), rows, sampler)
+        verdict = (rule or exact_chain)(tokens, torch.stack(judged), rows, sampler)
         out += tokens[: verdict.n_accepted] + [verdict.next_token]
     return tuple(out[:LENGTH])
 
@@ -90,7 +100,7 @@ def decode_lookup_chain(target: TableModel, draft: TableModel, sampler: Sampler)
         for _ in range(GAMMA):
             tokens.append(int(draft.probs(out + tokens).argmax()))
         rows = target.rows(tuple(out), [tokens[:i] for i in range(GAMMA + 1)])
-        verdict = sample_chain(tokens, None, rows, sampler)
+        verdict = exact_chain(tokens, None, rows, sampler)
         out += tokens[: verdict.n_accepted] + [verdict.next_token]
     return tuple(out[:LENGTH])
 
@@ -101,8 +111,8 @@ def decode_token_by_token(target: TableModel, draft: TableModel, sampler: Sample
     while len(out) < LENGTH:
         q = draft.probs(out)
         token = sampler.draw(q)
-        correction = judge_token(token, target.probs(out), q, sampler)
-        out.append(token if correction is None else correction)
+        committed, _ = judge_token(token, target.probs(out).log(), q, sampler)
+        out.append(committed)
     return tuple(out)
 
 
@@ -124,7 +134,7 @@ def two_level_tree(out: list[int], draft: TableModel, sampler: Sampler, children
 def walk(target: TableModel, out: list[int], tree: DraftTreeNodes, sampler: Sampler) -> list[int]:
     """The target's rows for [root] + nodes, the multi-candidate walk, and the tokens it commits."""
     rows = target.rows(tuple(out), [[]] + [[tree.nodes[i].token for i in tree.path_to(n)] for n in range(len(tree))])
-    verdict = sample_tree(tree, rows, sampler)
+    verdict = judge(tree, rows.log(), sampler)
     return [tree.nodes[i].token for i in verdict.path] + [verdict.next_token]
 
 
@@ -155,8 +165,8 @@ def token_match_redrawing(draft: list[int], target_probs: torch.Tensor, sampler:
     """Broken twin of Mirror-SD's token match: on a mismatch it commits a *fresh* draw, not the one compared."""
     for i, token in enumerate(draft):
         if sampler.draw(target_probs[i]) != token:
-            return Verdict(i, sampler.draw(target_probs[i]), "correction")
-    return Verdict(len(draft), sampler.draw(target_probs[len(draft)]), "bonus")
+            return Verdict(list(range(i)), sampler.draw(target_probs[i]), "correction")
+    return Verdict(list(range(len(draft))), sampler.draw(target_probs[len(draft)]), "bonus")
 
 
 def shaped(q: torch.Tensor) -> torch.Tensor:
@@ -172,12 +182,12 @@ class Case:
 
 
 def _residual_is_p(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(verify, "residual_distribution", lambda p, q: p)
-    patch.setattr(tree_module, "residual_distribution", lambda p, q: p)
+    patch.setattr(acceptance, "residual_distribution", lambda p, q, token=None: p)
 
 
 def _point_mass_residual_keeps_the_token(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(tree_module, "_remove_token", lambda p, token: p)
+    residual = acceptance.residual_distribution
+    patch.setattr(acceptance, "residual_distribution", lambda p, q, token=None: p if q is None else residual(p, q))
 
 
 def _patched(broken: Callable[[pytest.MonkeyPatch], None], decode: Callable):
@@ -213,7 +223,8 @@ def case_table() -> dict[str, Case]:
         "tree, point-mass children": Case(point_tree, _patched(_point_mass_residual_keeps_the_token, point_tree)),
         "CATS corrections": Case(cats, _patched(_point_mass_residual_keeps_the_token, cats)),
         "SAGUARO σ": Case(sigma, _replaced(sigma_judged_as_q)),
-        "token match": Case(chain_with(token_match_chain), _replaced(chain_with(token_match_redrawing))),
+        "token match": Case(chain_with(lambda d, p, smp: judge_chain(d, None, p.log(), smp, rule="token_match")),
+                            _replaced(chain_with(token_match_redrawing))),
     }
 
 

@@ -5,9 +5,16 @@ import torch
 import torch.nn.functional as F
 
 from engines import Engine
-from engines.kernels import KERNELS, KernelPlan, PlannedLinear, available_kernels, install, uninstall
-from engines.layers import LayerStack
-from engines.verify_cost import VerifyCost, load_curve, measure, save_curve
+from engines.model.kernels import (
+    KERNELS,
+    KernelPlan,
+    PlannedLinear,
+    available_kernels,
+    install,
+    uninstall,
+)
+from engines.model.layers import LayerStack
+from engines.model.verify_cost import VerifyCost, load_curve, measure, save_curve
 from tests.conftest import tiny_llama
 
 
@@ -108,7 +115,7 @@ def test_engine_measures_a_custom_model_once_and_keeps_it_in_memory(tmp_path, mo
 
 
 def test_draft_length_follows_the_machine_and_the_acceptance():
-    from engines.draft_length import DraftLength
+    from engines.core.draft_length import DraftLength
 
     flat, steep = (lambda n: 1.0), (lambda n: float(n))
     confident = DraftLength(flat, max_gamma=16)
@@ -140,7 +147,7 @@ def test_chain_model_on_a_flat_curve_is_leviathans():
 
 
 def test_stock_kernels_restores_the_plan():
-    from engines.kernels import stock_kernels
+    from engines.model.kernels import stock_kernels
 
     model = tiny_llama(vocab=16)
     plan = KernelPlan({1: "weight_first"})

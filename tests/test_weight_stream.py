@@ -1,4 +1,4 @@
-"""Memory-budget runs (engines.weight_stream): tiny random models for exactness, bytes and lifecycle, and
+"""Memory-budget runs (engines.memory_budget.weight_stream): tiny random models for exactness, bytes and lifecycle, and
 one short run of the real model.
 
 What is checked:
@@ -16,12 +16,12 @@ import time
 
 import pytest
 import torch
-
 from conftest import tiny_llama
+
 from engines import Engine
-from engines import weight_stream as ws
-from engines.trace import RunStart, StreamChunk, read_jsonl, write_jsonl
-from engines.verify_cost import VerifyCost, machine_key
+from engines.core.trace import RunStart, StreamChunk, read_jsonl, write_jsonl
+from engines.memory_budget import weight_stream as ws
+from engines.model.verify_cost import VerifyCost, machine_key
 from specviz import cli
 from specviz.bench import run_bench, to_markdown
 
@@ -130,7 +130,7 @@ def test_trace_with_stream_chunks_replays(engine, tmp_path):
     write_jsonl(result.events, path)
     replayed = read_jsonl(path)
     assert [e.to_dict() for e in replayed] == [e.to_dict() for e in result.events]
-    from engines.stats import compute_stats
+    from engines.core.stats import compute_stats
     assert compute_stats(replayed) == result.stats and result.stats.bytes_streamed > 0
 
 

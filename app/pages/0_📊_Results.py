@@ -20,6 +20,7 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for spe
         sys.path.insert(0, str(path))
 
 import option_widgets as ow  # noqa: E402
+
 from specviz import bench_results as br  # noqa: E402
 from specviz.compare import speedup_bar_figure  # noqa: E402
 

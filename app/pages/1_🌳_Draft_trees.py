@@ -30,15 +30,27 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
         sys.path.insert(0, str(path))
 
 import dashboard_helpers as dh  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
 import trees_helpers as th  # noqa: E402
+from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
+from engines.core.trace import Commit  # noqa: E402
 from engines.drafters.registry import TREE, drafters_for  # noqa: E402
 from engines.methods.eagle import EagleConfig  # noqa: E402
-from engines.trace import Commit  # noqa: E402
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import (STATUS_COLOURS, STATUS_LABELS, root_token, round_events, showcase_round,  # noqa: E402
-                           tau_vs_tree_size, token_label, tree_figure, tree_mask_figure, tree_rounds, tree_size_sweep)
+from specviz.trees import (  # noqa: E402
+    STATUS_COLOURS,
+    STATUS_LABELS,
+    root_token,
+    round_events,
+    showcase_round,
+    tau_vs_tree_size,
+    token_label,
+    tree_figure,
+    tree_mask_figure,
+    tree_rounds,
+    tree_size_sweep,
+)
 
 st.set_page_config(page_title="specviz — draft trees", page_icon="🌳", layout="wide")
 

@@ -32,11 +32,20 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 
 import cats_helpers as ch  # noqa: E402
 import dashboard_helpers as dh  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
-from engines.trace import Commit  # noqa: E402
-from specviz.cats_views import (STAGE_COLOURS, cats_cycles, confusion_figure, cycle_caption,  # noqa: E402
-                                cycle_mask_figure, cycle_tree_figure, gantt_figure, showcase_cycle)
+from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
+from engines.core.trace import Commit  # noqa: E402
+from specviz.cats_views import (  # noqa: E402
+    STAGE_COLOURS,
+    cats_cycles,
+    confusion_figure,
+    cycle_caption,
+    cycle_mask_figure,
+    cycle_tree_figure,
+    gantt_figure,
+    showcase_cycle,
+)
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
 from specviz.trees import STATUS_COLOURS, STATUS_LABELS  # noqa: E402
 

@@ -20,6 +20,7 @@ for path in (APP, APP.parent):
 
 import live as lv  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
+
 from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
 from specviz.ppsd_views import formula_figure, formula_readout  # noqa: E402
 from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402

@@ -33,16 +33,27 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
         sys.path.insert(0, str(path))
 
 import pandas as pd  # noqa: E402
-
 import ppsd_helpers as ph  # noqa: E402
 from engine_cache import engine_lock, model_picker  # noqa: E402
-from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable, pinned  # noqa: E402
-from engines.pipeline import stage_count  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable, pinned  # noqa: E402
+from engines.programs.pipeline import stage_count  # noqa: E402
 from specviz.pipeline import text_strip  # noqa: E402
-from specviz.ppsd_views import (FATE_COLOURS, FATE_LABELS, baseline_for, committed_strip,  # noqa: E402
-                                lane_gantt_figure, measured_point, one_token, run_metrics_rows, run_start,
-                                speedup_surface_figure, text_strip_html, text_strip_legend_html)
+from specviz.ppsd_views import (  # noqa: E402
+    FATE_COLOURS,
+    FATE_LABELS,
+    baseline_for,
+    committed_strip,
+    lane_gantt_figure,
+    measured_point,
+    one_token,
+    run_metrics_rows,
+    run_start,
+    speedup_surface_figure,
+    text_strip_html,
+    text_strip_legend_html,
+)
 
 st.set_page_config(page_title="specviz — PPSD", page_icon="🚰", layout="wide")
 

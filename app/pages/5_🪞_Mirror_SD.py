@@ -34,11 +34,12 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 import pandas as pd  # noqa: E402
 import verdict_helpers as vh  # noqa: E402
 import verdict_page as vp  # noqa: E402
-from engines.methods.mirror import MirrorConfig  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
-from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
-from engines.trace import EeMessage  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
+from engines.core.trace import EeMessage  # noqa: E402
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
+from engines.methods.mirror import MirrorConfig  # noqa: E402
 from specviz import verdict_views as vv  # noqa: E402
 from specviz.ppsd_views import one_token  # noqa: E402
 

@@ -27,12 +27,13 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for eng
 
 import verdict_helpers as vh  # noqa: E402
 import verdict_page as vp  # noqa: E402
-from engines.methods.ssd import SsdConfig  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
-from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
-from engines.speculation_cache import fit_power_law  # noqa: E402
-from engines.trace import CacheBuild, CacheLookup  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
+from engines.core.trace import CacheBuild, CacheLookup  # noqa: E402
+from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
+from engines.methods.ssd import SsdConfig  # noqa: E402
+from engines.programs.verdict.speculation_cache import fit_power_law  # noqa: E402
 from specviz import verdict_views as vv  # noqa: E402
 from specviz.ppsd_views import one_token  # noqa: E402
 

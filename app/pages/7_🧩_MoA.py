@@ -36,6 +36,7 @@ import pandas as pd  # noqa: E402
 from engine_cache import engine_lock, model_picker  # noqa: E402
 from ppsd_helpers import LiveThrottle  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
+
 from specviz import moa_views as mv  # noqa: E402
 from specviz.tokens import legend_html, token_stream_html  # noqa: E402
 from specviz.trees import round_events, tree_figure  # noqa: E402

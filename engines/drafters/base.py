@@ -12,9 +12,9 @@ from typing import Protocol
 
 import torch
 
-from ..decoding import DecodeContext
-from ..kv_cache import KVCache
-from ..sampling import Sampler
+from engines.core.context import DecodeContext
+from engines.core.sampling import Sampler
+from engines.model.kv_cache import KVCache
 
 
 @dataclass

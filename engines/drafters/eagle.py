@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding import DecodeContext
-from ..kv_cache import KVCache
-from ..sampling import Sampler
-from .base import Draft, finish_draft, sample_draft_token
-from .heads import EagleHead
+from engines.core.context import DecodeContext
+from engines.core.sampling import Sampler
+from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.heads import EagleHead
+from engines.model.kv_cache import KVCache
 
 
 class EagleDrafter:

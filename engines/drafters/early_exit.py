@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding import DecodeContext
-from ..kv_cache import KVCache
-from ..layers import LayerStack
-from ..sampling import Sampler
-from .base import Draft, finish_draft, sample_draft_token
-from .heads import DraftHead
+from engines.core.context import DecodeContext
+from engines.core.sampling import Sampler
+from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.heads import DraftHead
+from engines.model.kv_cache import KVCache
+from engines.model.layers import LayerStack
 
 
 class SyncedHead:

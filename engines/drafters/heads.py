@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kernels import KernelPlan
-from ..kv_cache import KVCache
-from ..layers import LayerStack, cache_keyword, decoder_pass
+from engines.model.kernels import KernelPlan
+from engines.model.kv_cache import KVCache
+from engines.model.layers import LayerStack, cache_keyword, decoder_pass
 
 
 class SharedHead(nn.Module):
@@ -34,7 +34,7 @@ class SharedHead(nn.Module):
         self.vocab_size = stack.config.vocab_size
         self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
         self._weight = [stack.model.lm_head.weight]  # a list hides it from parameters() and state_dict()
-        # the matmul kernels tuned for this machine (engines.kernels), as the stack's own head runs them
+        # the matmul kernels tuned for this machine (engines.model.kernels), as the stack's own head runs them
         self.kernel_plan = getattr(stack.model.lm_head, "plan", None) or KernelPlan()
 
     def __setattr__(self, name, value):

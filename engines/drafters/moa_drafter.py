@@ -10,7 +10,7 @@
   chains (``propose``).
 
 On one device ``observe`` hands the block straight over; in client–server mode
-(:mod:`engines.client_server`) it goes through the wire format and the simulated link first.
+(:mod:`engines.programs.client_server`) it goes through the wire format and the simulated link first.
 
 Cache invariant: SA's cache holds every committed token (root included) once the round's root step
 ran; memory rows exist for every committed token but the root (the target has not run it yet). The
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kv_cache import KVCache
-from ..layers import LayerStack
-from ..sampling import Sampler
-from ..trace import DraftStep, Lsa
-from ..tree import DraftTreeNodes, TreeNode, TreeSlots
-from .base import Draft, finish_draft, sample_draft_token
-from .moa import MoAHead, layer_kv_rows
+from engines.core.draft_tree import DraftTreeNodes, TreeNode, TreeSlots
+from engines.core.sampling import Sampler
+from engines.core.trace import DraftStep, Lsa
+from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.moa_head import MoAHead, layer_kv_rows
+from engines.model.kv_cache import KVCache
+from engines.model.layers import LayerStack
 
 
 @dataclass

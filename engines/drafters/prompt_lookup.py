@@ -6,10 +6,10 @@ retrieval-augmented prompts where the answer repeats the input. Proposals are po
 
 from __future__ import annotations
 
-from ..decoding import DecodeContext
-from ..kv_cache import KVCache
-from ..sampling import Sampler
-from .base import Draft
+from engines.core.context import DecodeContext
+from engines.core.sampling import Sampler
+from engines.drafters.base import Draft
+from engines.model.kv_cache import KVCache
 
 
 def lookup(ids: list[int], max_ngram: int, min_ngram: int, gamma: int) -> tuple[list[int], int]:

@@ -16,11 +16,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..layers import LayerStack
-from .heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
-from .model_draft import tiny_model
-from .moa import MoAHead
-from .streaming import StreamingDraft
+from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from engines.drafters.moa_head import MoAHead
+from engines.drafters.model_draft import tiny_model
+from engines.drafters.streaming import StreamingDraft
+from engines.model.layers import LayerStack
 
 # the methods that can draft with a kind (the option that names it): sps(draft=…) chains, mirror/ssd(draft=…)
 # on their draft lane, eagle(draft=…) trees, eesd/ppsd(head=…) exits, moa(tli=…)
@@ -79,7 +79,7 @@ def drafter_kind_names(use: str) -> tuple[str, ...]:
 
 def shipped_kind(name: str) -> str | None:
     """The kind of the shipped drafter ``name`` (``None``: not a shipped drafter, e.g. a model path)."""
-    from .trained import available, read_card
+    from engines.drafters.trained import available, read_card
 
     return read_card(name).get("kind") if name in available() else None
 
@@ -87,7 +87,7 @@ def shipped_kind(name: str) -> str | None:
 def drafters_for(use: str) -> list[str]:
     """Shipped drafters a method can draft with (``use``: one of SPS, VERDICT, TREE, EXIT, MOA): what the
     dashboard offers and what validation messages list."""
-    from .trained import available, read_card
+    from engines.drafters.trained import available, read_card
 
     names = []
     for name in available():

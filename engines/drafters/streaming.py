@@ -18,12 +18,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kv_cache import KVCache
-from ..layers import LayerStack, decoder_pass
-from ..sampling import Sampler
-from .base import Draft, finish_draft, sample_draft_token
-from .heads import SharedHead
-from .model_draft import ModelDrafter, tiny_model
+from engines.core.sampling import Sampler
+from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.heads import SharedHead
+from engines.drafters.model_draft import ModelDrafter, tiny_model
+from engines.model.kv_cache import KVCache
+from engines.model.layers import LayerStack, decoder_pass
 
 
 def stream_mask(prefix: int, n: int, anchors: torch.Tensor, n_streams: int, dtype: torch.dtype,

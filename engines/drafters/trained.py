@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..layers import LayerStack
-from .model_draft import restrict_head_to_vocab
-from .registry import drafter_kind
+from engines.drafters.model_draft import restrict_head_to_vocab
+from engines.drafters.registry import drafter_kind
+from engines.model.layers import LayerStack
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
 

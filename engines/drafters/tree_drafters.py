@@ -4,7 +4,7 @@ Both return draft logits over the drafter's own vocabulary with the token id of 
 column = token id), so ranking a level's children never touches the 49k-token full vocabulary.
 
 Each keeps its own KV cache: the committed prefix (synced as in chain drafting) followed by the tree
-nodes fed this round under a tree mask (:class:`engines.tree.TreeSlots`); ``finish`` drops the nodes,
+nodes fed this round under a tree mask (:class:`engines.core.draft_tree.TreeSlots`); ``finish`` drops the nodes,
 so next round starts from the committed prefix again, whatever the verdict.
 
 - :class:`EagleTreeDrafter` — the EAGLE head: a node's input pairs its token's embedding with the
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import Sampler
-from ..tree import DraftTreeNodes, TreeSlots
-from .eagle import EagleDrafter
-from .model_draft import ModelDrafter
+from engines.core.draft_tree import DraftTreeNodes, TreeSlots
+from engines.core.sampling import Sampler
+from engines.drafters.eagle import EagleDrafter
+from engines.drafters.model_draft import ModelDrafter
 
 
 class EagleTreeDrafter(EagleDrafter):

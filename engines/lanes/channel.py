@@ -23,7 +23,7 @@ from typing import Callable, NoReturn
 
 import torch
 
-from .messages import HEADER_FIELDS, Message, message_from
+from engines.lanes.messages import HEADER_FIELDS, Message, message_from
 
 FRAME_BYTES = 16384
 HEADER_BYTES = 8 * (len(HEADER_FIELDS) + 1)  # the header, plus one field saying what rides inline

@@ -73,7 +73,7 @@ class Send:
 
 @dataclass
 class Emit:
-    event: object  # an engines.trace.Event
+    event: object  # an engines.core.trace.Event
 
 
 class LaneError(RuntimeError):

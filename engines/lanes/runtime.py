@@ -37,10 +37,17 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-from ..trace import Trace, event_from_dict
-from .channel import Channel
-from .messages import Emit, LaneError, LanesUnavailable, Message, Recv, Send
-from .serial import MessageCost
+from engines.core.trace import Trace, event_from_dict
+from engines.lanes.channel import Channel
+from engines.lanes.messages import (
+    Emit,
+    LaneError,
+    LanesUnavailable,
+    Message,
+    Recv,
+    Send,
+)
+from engines.lanes.serial import MessageCost
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +112,7 @@ def kill_process_tree(process: subprocess.Popen) -> None:
     """End a worker and whatever it started, at once (a hung worker ignores polite requests).
 
     POSIX: ``SIGKILL`` to its process group (it leads one: :func:`process_group_options`), which also ends a
-    compiler it may be running (``engines.small_m_kernel``). Elsewhere (Windows): ``Popen.kill()``
+    compiler it may be running (``engines.model.small_m_kernel``). Elsewhere (Windows): ``Popen.kill()``
     (TerminateProcess) on the worker alone. That is its whole tree: a worker starts no process of its own
     there (the compiled kernel is built only on Linux), so ``taskkill /F /T`` would add a second process and
     nothing else. A process already gone is left alone."""
@@ -430,7 +437,7 @@ class LaneGroup:
 
 
 def _message_cost_path() -> Path:
-    from ..model import cache_dir
+    from engines.model.loading import cache_dir
 
     return cache_dir() / "lanes" / f"message-cost-{socket.gethostname()}.json"
 
@@ -438,7 +445,7 @@ def _message_cost_path() -> Path:
 def save_message_cost(cost: MessageCost | None) -> None:
     if cost is None:
         return
-    from ..model import write_cache_file
+    from engines.model.loading import write_cache_file
 
     write_cache_file(_message_cost_path(), json.dumps({"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
                                                        "measured": time.strftime("%Y-%m-%d %H:%M")}))

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Generator, Iterator
 
-from .messages import Emit, Message, Recv, Send
+from engines.lanes.messages import Emit, Message, Recv, Send
 
 
 @dataclass

@@ -24,10 +24,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from .channel import Channel
-from .messages import Emit, LaneError, Message, Recv, Send
-from .runtime import can_pin, heartbeat, lane_core, make_group, require_lanes
-from .serial import Lane
+from engines.lanes.channel import Channel
+from engines.lanes.messages import Emit, LaneError, Message, Recv, Send
+from engines.lanes.runtime import (
+    can_pin,
+    heartbeat,
+    lane_core,
+    make_group,
+    require_lanes,
+)
+from engines.lanes.serial import Lane
 
 IDLE_FOREVER = 30 * 24 * 3600.0  # seconds
 

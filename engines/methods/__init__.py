@@ -1,16 +1,16 @@
 """Registry of decoding methods by name."""
 
-from .ar import AR
-from .base import Method, MethodConfig
-from .cats import Cats
-from .eagle import EagleTree
-from .eesd import EarlyExitSelfSpeculation
-from .pld import PromptLookup
-from .mirror import Mirror
-from .moa import MixtureOfAttentions
-from .ppsd import Ppsd
-from .sps import SpeculativeSampling
-from .ssd import Ssd
+from engines.methods.ar import AR
+from engines.methods.base import Method, MethodConfig
+from engines.methods.cats import Cats
+from engines.methods.eagle import EagleTree
+from engines.methods.eesd import EarlyExitSelfSpeculation
+from engines.methods.mirror import Mirror
+from engines.methods.moa import MixtureOfAttentions
+from engines.methods.pld import PromptLookup
+from engines.methods.ppsd import Ppsd
+from engines.methods.sps import SpeculativeSampling
+from engines.methods.ssd import Ssd
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling, PromptLookup, EarlyExitSelfSpeculation, EagleTree, Cats,
                                               Ppsd, Mirror, Ssd, MixtureOfAttentions)}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..decoding import DecodeContext, Transcript, prefill
-from ..trace import Event
-from .base import Method, MethodConfig
+from engines.core.context import DecodeContext, Transcript, prefill
+from engines.core.trace import Event
+from engines.methods.base import Method, MethodConfig
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Iterator
 
-from ..decoding import DecodeContext
-from ..trace import Event
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
 
 
 @dataclass
@@ -50,7 +50,7 @@ def require_int(name: str, value, low: int, high: int | None = None) -> None:
 
 def decode_chain(engine, ctx: DecodeContext, drafter, gamma: int | str) -> Iterator[Event]:
     """The shared chain loop, with ``gamma="auto"`` sized each round from the engine's verify-cost curve."""
-    from ..speculative import speculative_decode
+    from engines.programs.chain import speculative_decode
 
     if gamma == AUTO:
         yield from speculative_decode(ctx, drafter, None, engine.verify_cost().cost)

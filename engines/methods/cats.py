@@ -17,7 +17,7 @@ costly thing is a pass through the deep layers, so CATS makes each one verify as
    caches are re-fed the verified states.
 
 Acceptance: ``greedy`` (the target's argmax, lossless against greedy decoding; temperature must be 0),
-``sample`` (the multi-candidate rule of :mod:`engines.tree`: d_i against the DM adapter's q, then ĉ_i as a
+``sample`` (the multi-candidate rule of :mod:`engines.core.draft_tree`: d_i against the DM adapter's q, then ĉ_i as a
 point mass against the residual — lossless at any temperature) or ``typical`` (Medusa's typical
 acceptance, the paper's "relaxed" mode: LOSSY, labelled so in the trace and every view).
 """
@@ -29,14 +29,14 @@ from typing import Iterator
 
 import torch
 
-from ..decoding import DecodeContext, Transcript, prefill
-from ..drafters import EarlyExitDrafter
-from ..drafters.early_exit import SyncedHead
-from ..drafters.trained import exit_head_name
-from ..trace import DraftTree, Event, KvRollback, ShallowVerification
-from ..tree import DraftTreeNodes, TreeNode, keep_path, tree_mask_over, typical_tree, verify_tree
-from ..tree_decode import tree_nodes, tree_rejection, tree_verification
-from .base import Method, MethodConfig, require_int
+from engines.core.context import DecodeContext, Transcript, prefill
+from engines.core.draft_tree import DraftTreeNodes, TreeNode, tree_mask_over
+from engines.core.round import close_round, draft_event
+from engines.core.trace import Event, ShallowVerification
+from engines.drafters import EarlyExitDrafter
+from engines.drafters.early_exit import SyncedHead
+from engines.drafters.trained import exit_head_name
+from engines.methods.base import Method, MethodConfig, require_int
 
 ACCEPTANCE = ("greedy", "sample", "typical")
 
@@ -100,7 +100,8 @@ class Cats(Method):
             round_ += 1
             prefix = len(out.ids) - 1  # the cache holds every committed token but the root
             started = trace.now()
-            draft = drafter.propose(out.ids, gamma, ctx.sampler)  # layers [0, dm) for root, d_0..d_{γ̄-2}
+            length = max(1, min(gamma, out.remaining - 1))  # no more drafts than tokens left to commit
+            draft = drafter.propose(out.ids, length, ctx.sampler)  # layers [0, dm) for root, d_0..d_{γ̄-2}
             if trace.detailed:
                 yield ctx.span("draft", round_, started)
             started = trace.now()
@@ -113,33 +114,23 @@ class Cats(Method):
                 yield ShallowVerification(t=trace.now(), round=round_, drafts=draft.tokens, verifier=checked,
                                           mismatches=mismatches)
             started = trace.now()
-            new = list(range(gamma - 1, len(tree)))  # the last draft, then the corrections
-            new_dm, new_sv = reforward(target, cache, tree, new, prefix, gamma, dm, sv)
+            new = list(range(length - 1, len(tree)))  # the last draft, then the corrections
+            new_dm, new_sv = reforward(target, cache, tree, new, prefix, length, dm, sv)
             if trace.detailed:
                 yield ctx.span("reforward", round_, started)
-                yield DraftTree(t=trace.now(), round=round_, drafter=f"cats({dm_name}+{sv_name})",
-                                nodes=tree_nodes(tree, set(range(len(tree)))))
+                yield draft_event(trace.now(), round_, f"cats({dm_name}+{sv_name})", tree)
             started = trace.now()
-            deep = target.run(torch.cat([shallow, new_sv], dim=1), sv, target.n_layers, cache,
-                              tree.verify_parents())
-            target_logits = target.logits(deep)
-            if self.config.acceptance == "typical":
-                verdict = typical_tree(tree, ctx.sampler.probs(target_logits), ctx.sampler)
-            else:
-                verdict = verify_tree(tree, target_logits, ctx.sampler)
-            keep_path(cache, prefix, verdict.path)
-            rows = torch.tensor([0] + [i + 1 for i in verdict.path])
-            drafter.observe({dm: torch.cat([draft.hidden, new_dm], dim=1).index_select(1, rows)}, len(rows))
-            verifier.observe(torch.cat([shallow, new_sv], dim=1).index_select(1, rows))
-            if trace.detailed:
-                yield ctx.span("verify", round_, started)
-                event = tree_verification(trace.now(), round_, list(range(len(tree))), verdict)
-                event.rejection = tree_rejection(tree, target_logits, verdict, ctx.sampler)
-                yield event
-                yield KvRollback(t=trace.now(), round=round_, kept=len(rows), dropped=len(tree) + 1 - len(rows))
-            fates = ["accepted"] * len(verdict.path) + [verdict.next_fate]
-            tokens = [tree.nodes[i].token for i in verdict.path] + [verdict.next_token]
-            yield out.commit(round_, tokens, fates, drafted=len(tree), accepted=len(verdict.path), draft_depth=gamma)
+            shallow_states = torch.cat([shallow, new_sv], dim=1)
+            deep = target.run(shallow_states, sv, target.n_layers, cache, tree.verify_parents())
+            at_dm = torch.cat([draft.hidden, new_dm], dim=1)
+
+            def observe(rows, at_dm=at_dm, shallow_states=shallow_states):
+                drafter.observe({dm: at_dm.index_select(1, rows)}, len(rows))
+                verifier.observe(shallow_states.index_select(1, rows))
+
+            rule = "typical" if self.config.acceptance == "typical" else "exact"
+            yield from close_round(ctx, out, cache, round_, tree, target.logits(deep), started, rule=rule,
+                                   observe=observe, draft_depth=length)
 
 
 def correction_tree(drafts: list[int], probs: torch.Tensor | None, logprobs: list[float], checked: list[int],

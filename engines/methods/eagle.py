@@ -2,15 +2,15 @@
 
 The drafter grows a tree ``depth`` levels deep, expanding the ``topk`` most probable paths at each
 level (one batched drafter call per level), and the ``total_tokens`` best nodes by cumulative draft
-log-prob go to the target (see :mod:`engines.dynamic_tree`). ``total_tokens="auto"`` sizes each tree
+log-prob go to the target (see :mod:`engines.drafters.tree_growth`). ``total_tokens="auto"`` sizes each tree
 from this machine's verify-cost curve and the drafter's measured calibration: a tree as large as a GPU
 likes is too large for a 2-core CPU. ``draft``: the shipped ``eagle`` feature head (EAGLE's own drafter),
 the shipped ``tiny`` draft model, the target's first ℓ layers with its own head (``exit@ℓ``) or a trained
 norm exit head (``exit@ℓ-norm``), or any draft model ``sps`` takes (a local path or a name registered
 with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the same drafter compare like
 for like. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
-top-k children as point masses (:mod:`engines.tree`). ``network`` splits it into a client (the drafter)
-and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.client_server`).
+top-k children as point masses (:mod:`engines.core.draft_tree`). ``network`` splits it into a client (the drafter)
+and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.programs.client_server`).
 
 Defaults, tuned on a 2-core AMD EPYC in bf16: depth 4, topk 4 (``specviz bench --per-category 1
 --max-new-tokens 96`` over depth 4–6 × topk 3–6, ``data/bench/bf16/eagle-defaults/``: 1.15× against
@@ -24,16 +24,26 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..client_server import client_server_decode
-from ..decoding import DecodeContext
-from ..drafters.heads import SharedHead
-from ..drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
-from ..layers import LayerStack
-from ..trace import Event
-from ..tree_decode import MAX_TREE_NODES, tree_decode
-from ..drafters.registry import TREE, drafters_for, shipped_kind
-from .base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
-from .link_config import LinkConfig
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters.heads import SharedHead
+from engines.drafters.registry import TREE, drafters_for, shipped_kind
+from engines.drafters.tree_drafters import (
+    EagleTreeDrafter,
+    ExitTreeDrafter,
+    ModelTreeDrafter,
+)
+from engines.methods.base import (
+    AUTO,
+    Method,
+    int_or_auto,
+    require_int,
+    require_int_or_auto,
+)
+from engines.methods.link_config import LinkConfig
+from engines.model.layers import LayerStack
+from engines.programs.client_server import client_server_decode
+from engines.programs.tree import MAX_TREE_NODES, tree_decode
 
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 

@@ -12,11 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..decoding import DecodeContext
-from ..drafters import EarlyExitDrafter
-from ..drafters.trained import exit_head_name
-from ..trace import Event
-from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters import EarlyExitDrafter
+from engines.drafters.trained import exit_head_name
+from engines.methods.base import (
+    Method,
+    MethodConfig,
+    decode_chain,
+    int_or_auto,
+    require_int,
+    require_int_or_auto,
+)
 
 HEADS = ("none", "norm", "layer", "cats")
 

@@ -1,11 +1,11 @@
-"""The options every method with a client–server mode shares (:mod:`engines.client_server`)."""
+"""The options every method with a client–server mode shares (:mod:`engines.programs.client_server`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..network import PROFILES, Link, link_profile
-from .base import MethodConfig, require_int
+from engines.methods.base import MethodConfig, require_int
+from engines.network.link import PROFILES, Link, link_profile
 
 NO_NETWORK = "none"
 

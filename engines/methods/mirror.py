@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..drafters.trained import available, exit_head_name
-from ..verdict_speculation import Plan
-from .base import require_int
-from ..drafters.registry import VERDICT, drafters_for
-from .verdict import RULES, VerdictMethod, check_common
-from .base import MethodConfig
+from engines.drafters.registry import VERDICT, drafters_for
+from engines.drafters.trained import available, exit_head_name
+from engines.methods.base import MethodConfig, require_int
+from engines.methods.verdict import RULES, VerdictMethod, check_common
+from engines.programs.verdict.wire import Plan
 
 EXIT_HEADS = ("model", "norm")
 

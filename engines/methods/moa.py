@@ -1,6 +1,6 @@
 """Mixture of Attentions (Zimmer et al. 2024): EAGLE-2 trees drafted by a drafter that reads every layer.
 
-The drafter (:mod:`engines.drafters.moa`) attends over the target's keys/values at all layers (LSA),
+The drafter (:mod:`engines.drafters.moa_head`) attends over the target's keys/values at all layers (LSA),
 over its own drafted tokens (SA) and over the verified context (CA), optionally finishing through the
 target's last ``tli`` layers. Verification is the ordinary lossless tree (or chain) verification, so
 the method is lossless; the drafter only changes what is proposed.
@@ -8,7 +8,7 @@ the method is lossless; the drafter only changes what is proposed.
 Drafters: ``moa-tli{tli}`` (``lsa=False``: the −LSA ablation ``moa-tli0-nolsa``), or any shipped MoA
 drafter by name (``drafter=``). ``tree=False`` drafts a chain of ``gamma`` tokens instead, sampled from q.
 
-``network`` runs the paper's client–server split over a simulated link (:mod:`engines.client_server`);
+``network`` runs the paper's client–server split over a simulated link (:mod:`engines.programs.client_server`);
 ``disconnect_after=B`` then drops the server after B new tokens (lossy, labelled so).
 """
 
@@ -17,14 +17,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..client_server import client_server_decode
-from ..decoding import DecodeContext
-from ..drafters.moa import moa_name
-from ..drafters.moa_drafter import MoADrafter
-from ..trace import Event
-from ..tree_decode import MAX_TREE_NODES, tree_decode
-from .base import AUTO, Method, decode_chain, int_or_auto, require_int, require_int_or_auto
-from .link_config import LinkConfig
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters.moa_drafter import MoADrafter
+from engines.drafters.moa_head import moa_name
+from engines.methods.base import (
+    AUTO,
+    Method,
+    decode_chain,
+    int_or_auto,
+    require_int,
+    require_int_or_auto,
+)
+from engines.methods.link_config import LinkConfig
+from engines.programs.client_server import client_server_decode
+from engines.programs.tree import MAX_TREE_NODES, tree_decode
 
 
 @dataclass

@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..decoding import DecodeContext
-from ..drafters import PromptLookupDrafter
-from ..trace import Event
-from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters import PromptLookupDrafter
+from engines.methods.base import (
+    Method,
+    MethodConfig,
+    decode_chain,
+    int_or_auto,
+    require_int,
+    require_int_or_auto,
+)
 
 
 @dataclass

@@ -11,7 +11,7 @@ token, so the run's α (accepted ÷ drafted) is also its per-position acceptance
 ``serial`` runs the same schedule in this process, stage after stage (the reference the lanes must
 match, and the "before" picture); ``virtual`` runs it serially on one thread and replays its time on one
 virtual clock per lane (:mod:`engines.lanes.serial`) — for more stages than the machine has lanes.
-The schedule itself is in :mod:`engines.pipeline`.
+The schedule itself is in :mod:`engines.programs.pipeline`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..decoding import DecodeContext
-from ..drafters.trained import available, exit_head_name
-from ..lanes import Lane, LaneClocks, default_lanes, pinned, run_serial
-from ..pipeline import StagePiece, first_stage, later_stage, stage_bounds, stage_count
-from ..trace import Event
-from .base import Method, MethodConfig, require_int
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters.trained import available, exit_head_name
+from engines.lanes import Lane, LaneClocks, default_lanes, pinned, run_serial
+from engines.methods.base import Method, MethodConfig, require_int
+from engines.programs.pipeline import (
+    StagePiece,
+    first_stage,
+    later_stage,
+    stage_bounds,
+    stage_count,
+)
 
 HEADS = ("layer", "norm", "none")
 MODES = ("lanes", "serial", "virtual")
@@ -108,7 +114,7 @@ class Ppsd(Method):
             settings = {"source": str(engine.lanes_source()), "dtype": engine.dtype, "n_stages": len(bounds),
                         "capacity": ctx.capacity, "temperature": ctx.sampler.temperature, "top_p": ctx.sampler.top_p,
                         "seed": ctx.sampler.seed, "lanes": names}
-            configure = {rank: {"program": "engines.pipeline:stage_worker",
+            configure = {rank: {"program": "engines.programs.pipeline:stage_worker",
                                 "args": {**settings, "start": a, "stop": b, "rank": rank}}
                          for rank, (a, b) in enumerate(bounds) if rank > 0}
             lane = Lane(0, names[0], ctx.trace.now)

@@ -15,14 +15,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..decoding import DecodeContext
-from ..drafters import EagleDrafter, ModelDrafter, StreamingDrafter
-from ..drafters.heads import SharedHead
-from ..drafters.registry import SPS, drafter_kind_names, drafters_for, shipped_kind
-from ..layers import LayerStack
-from ..trace import Event
-from .base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
-
+from engines.core.context import DecodeContext
+from engines.core.trace import Event
+from engines.drafters import EagleDrafter, ModelDrafter, StreamingDrafter
+from engines.drafters.heads import SharedHead
+from engines.drafters.registry import (
+    SPS,
+    drafter_kind_names,
+    drafters_for,
+    shipped_kind,
+)
+from engines.methods.base import (
+    Method,
+    MethodConfig,
+    decode_chain,
+    int_or_auto,
+    require_int,
+    require_int_or_auto,
+)
+from engines.model.layers import LayerStack
 
 
 @dataclass

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..verdict_speculation import Plan
-from .base import MethodConfig, require_int
-from ..drafters.registry import VERDICT, drafters_for
-from .verdict import VerdictMethod, check_common
+from engines.drafters.registry import VERDICT, drafters_for
+from engines.methods.base import MethodConfig, require_int
+from engines.methods.verdict import VerdictMethod, check_common
+from engines.programs.verdict.wire import Plan
 
 FANOUTS = ("uniform", "geometric")
 BACKUPS = ("jit", "fast")

@@ -3,7 +3,7 @@
 ``mode``: ``lanes`` runs the draft in a worker process on its own core (or CUDA device) while this
 process verifies — the draft's work hidden under verification; ``serial`` runs both lane programs in
 this process, one after the other — the same tokens, nothing overlapping (the "before" picture).
-The programs are in :mod:`engines.verdict_speculation`.
+The programs are in :mod:`engines.programs.verdict`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from typing import Iterator
 
 import torch
 
-from ..decoding import DecodeContext
-from ..drafters.registry import VERDICT, drafter_kind_names, shipped_kind
-from ..drafters.trained import draft_vocab, read_card
-from ..lanes import Lane, default_lanes, pinned, run_serial
-from ..trace import Event, Trace
-from ..verdict_speculation import Plan, await_ready, draft_lane, target_lane
-from ..branch_rollout import BranchDrafter
-from .base import Method, MethodConfig
+from engines.core.context import DecodeContext
+from engines.core.trace import Event, Trace
+from engines.drafters.registry import VERDICT, drafter_kind_names, shipped_kind
+from engines.drafters.trained import draft_vocab, read_card
+from engines.lanes import Lane, default_lanes, pinned, run_serial
+from engines.methods.base import Method, MethodConfig
+from engines.programs.verdict.branch_rollout import BranchDrafter
+from engines.programs.verdict.draft_lane import draft_lane
+from engines.programs.verdict.target_lane import target_lane
+from engines.programs.verdict.wire import Plan
+from engines.programs.verdict.worker import await_ready
 
 MODES = ("lanes", "serial")
 RULES = ("sample", "token_match")
@@ -88,7 +91,7 @@ class VerdictMethod(Method):
             group = self.engine.lane_group(self._lane_names(None))
             args = {"source": str(self.engine.lanes_source()), "dtype": self.engine.dtype, "draft": self._draft_source()}
             for _ in group.run(await_ready(), Trace(detailed=False),
-                               {1: {"program": "engines.verdict_speculation:preload_worker", "args": args}}):
+                               {1: {"program": "engines.programs.verdict.worker:preload_worker", "args": args}}):
                 pass
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
@@ -108,7 +111,7 @@ class VerdictMethod(Method):
                     "seed": ctx.sampler.seed, "plan": asdict(plan), "lanes": names}
             with pinned(names[0]):
                 yield from group.run(target, ctx.trace,
-                                     {1: {"program": "engines.verdict_speculation:draft_worker", "args": args}})
+                                     {1: {"program": "engines.programs.verdict.worker:draft_worker", "args": args}})
             return
         drafter = BranchDrafter(module, config.draft, capacity)
         draft = draft_lane(Lane(1, names[1], ctx.trace.now), drafter, plan, ctx.sampler.for_lane(1), names)

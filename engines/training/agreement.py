@@ -13,10 +13,18 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..drafters.trained import load_trained
-from ..layers import LayerStack
-from .data import batches, teacher
-from .train import AdapterStudent, EagleStudent, ExitStudent, MoAStudent, StreamingStudent, Student, TinyStudent
+from engines.drafters.trained import load_trained
+from engines.model.layers import LayerStack
+from engines.training.data import batches, teacher
+from engines.training.train import (
+    AdapterStudent,
+    EagleStudent,
+    ExitStudent,
+    MoAStudent,
+    StreamingStudent,
+    Student,
+    TinyStudent,
+)
 
 
 def shipped_student(name: str, stack: LayerStack) -> tuple[Student, torch.Tensor]:

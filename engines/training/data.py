@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..layers import LayerStack, decoder_pass
-from .corpus import read_corpus
+from engines.model.layers import LayerStack, decoder_pass
+from engines.training.corpus import read_corpus
 
 
 @dataclass

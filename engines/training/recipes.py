@@ -8,17 +8,28 @@ from typing import Callable
 
 import torch
 
-from ..drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
-from ..drafters.moa import MoAHead, moa_name
-from ..drafters.registry import KINDS_BY_NAME
-from ..drafters.model_draft import tiny_model
-from ..model import cpu_supports_bf16
-from ..drafters.streaming import StreamingDraft
-from ..drafters.trained import exit_head_name, save_trained
-from ..layers import LayerStack
-from .data import draft_vocabulary, split_corpus, vocabulary_coverage
-from .train import (AdapterStudent, EagleStudent, ExitStudent, FitResult, MoAStudent, StreamingStudent, Student,
-                    TinyStudent, TrainConfig, file_sha256, fit)
+from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from engines.drafters.moa_head import MoAHead, moa_name
+from engines.drafters.model_draft import tiny_model
+from engines.drafters.registry import KINDS_BY_NAME
+from engines.drafters.streaming import StreamingDraft
+from engines.drafters.trained import exit_head_name, save_trained
+from engines.model.layers import LayerStack
+from engines.model.loading import cpu_supports_bf16
+from engines.training.data import draft_vocabulary, split_corpus, vocabulary_coverage
+from engines.training.train import (
+    AdapterStudent,
+    EagleStudent,
+    ExitStudent,
+    FitResult,
+    MoAStudent,
+    StreamingStudent,
+    Student,
+    TinyStudent,
+    TrainConfig,
+    file_sha256,
+    fit,
+)
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192

@@ -1,0 +1,118 @@
+"""EAGLE-2's dynamic draft tree (Li et al. 2024): grow where the drafter is confident, then keep the best.
+
+Expansion: the root's top-k children form the first frontier. At every further depth the frontier's k
+nodes are fed to the drafter in one batched call; each proposes its top-k children, all k² become
+candidates, and the k with the highest cumulative log-prob (the product of draft probabilities
+along the path — EAGLE-2's estimate of the chance the path is accepted) become the next frontier.
+Rerank: after ``depth`` levels, the ``total_tokens`` candidates with the highest cumulative log-prob go
+to verification. A path's score only falls as it deepens, so the kept set contains every kept node's
+ancestors (ties are broken shallower-first to keep that true).
+
+Children are top-k picks, not samples, so under sampling they are point masses for the verifier.
+
+Choosing ``total_tokens`` per round (``auto``, this project's rule, not EAGLE-2's): offering the m
+most likely nodes is expected to commit 1 + Σ_{i≤m} P(node i accepted) tokens (a node adds one token
+exactly when it is on the accepted path). EAGLE-2 reads that chance off the score, exp(s); here it is
+calibrated on the run so far (:class:`TreeSizer`). A round costs the drafting already done plus the
+target's forward over m + 1 tokens, read off the machine's verify-cost curve; the m with the most
+expected tokens per second is sent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from engines.core.draft_tree import DraftTreeNodes, TreeNode
+from engines.core.sampling import Sampler
+from engines.drafters.tree_drafters import draft_logprobs
+
+
+def grow_tree(drafter, committed: list[int], depth: int, topk: int, sampler: Sampler) -> DraftTreeNodes:
+    tree = DraftTreeNodes(drafter=drafter.name)
+    values, tokens = _top_children(*drafter.root(committed), topk, sampler)
+    values, tokens = values[0], tokens[0]
+    frontier = [tree.add(TreeNode(t, -1, 1, v, v, rank))
+                for rank, (v, t) in enumerate(zip(values, tokens)) if not math.isinf(v)]
+    for level in range(2, depth + 1):
+        values, tokens = _top_children(*drafter.expand(tree, frontier), topk, sampler)
+        candidates = []
+        for parent, row_values, row_tokens in zip(frontier, values, tokens):
+            base = tree.nodes[parent].score
+            for rank, (v, t) in enumerate(zip(row_values, row_tokens)):
+                if math.isinf(v):  # outside a top-p nucleus or the draft vocabulary: never proposed
+                    continue
+                candidates.append(tree.add(TreeNode(t, parent, level, v, base + v, rank)))
+        frontier = sorted(candidates, key=lambda i: -tree.nodes[i].score)[:topk]
+        if not frontier:
+            break
+    drafter.finish()
+    return tree
+
+
+def _top_children(logits: torch.Tensor, column_ids: torch.Tensor | None, topk: int,
+                  sampler: Sampler) -> tuple[list, list]:
+    """Top-k (log q, token id) per row of draft logits over the drafter's own vocabulary."""
+    values, columns = draft_logprobs(logits.reshape(-1, logits.shape[-1]), sampler).topk(min(topk, logits.shape[-1]), dim=-1)
+    tokens = columns if column_ids is None else column_ids[columns]
+    return values.tolist(), tokens.tolist()
+
+
+def best_nodes(tree: DraftTreeNodes, total_tokens: int) -> list[int]:
+    """The ``total_tokens`` highest-scoring nodes, shallower first on ties. An ancestor's score is never
+    below its descendants', so this set already holds every kept node's ancestors; the closure is a guard."""
+    order = sorted(range(len(tree)), key=lambda i: (-tree.nodes[i].score, tree.nodes[i].depth))
+    keep = set(order[:total_tokens])
+    for i in list(keep):
+        keep.update(tree.path_to(i))
+    return sorted(keep)
+
+
+class TreeSizer:
+    """``total_tokens=auto``: the tree size with the most expected tokens per second (module docstring).
+
+    The chance a node is accepted is read from its draft score through a calibration learned on this
+    run: nodes are binned by log score, and a bin's estimate is its accepted fraction so far, shrunk
+    towards exp(score) by ``prior`` pseudo-nodes. One global factor is not enough: measured on the
+    shipped ``eagle`` head, confident nodes are about as likely as their score says, while nodes with
+    a score near 0.01 are accepted 2–4 times as often.
+    """
+
+    EDGES = (-0.25, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -3.5, -4.0, -5.0, -6.0)  # natural-log score bins
+
+    def __init__(self, verify_seconds, max_nodes: int, prior: float = 2.0):
+        self.verify_seconds = verify_seconds  # n → seconds of a target forward over n tokens
+        self.max_nodes = max_nodes
+        self.prior = prior
+        bins = len(self.EDGES) + 1
+        self.seen, self.hits = [0] * bins, [0] * bins
+
+    def _bin(self, score: float) -> int:
+        return sum(score < edge for edge in self.EDGES)
+
+    def acceptance(self, score: float) -> float:
+        b = self._bin(score)
+        return (self.hits[b] + self.prior * math.exp(score)) / (self.seen[b] + self.prior)
+
+    def choose(self, tree: DraftTreeNodes, draft_seconds: float) -> int:
+        chances = sorted((self.acceptance(n.score) for n in tree.nodes), reverse=True)[: self.max_nodes]
+        best, best_rate, expected = 1, -1.0, 1.0
+        for m, chance in enumerate(chances, start=1):
+            expected += chance
+            rate = expected / (draft_seconds + self.verify_seconds(m + 1))
+            if rate > best_rate:
+                best, best_rate = m, rate
+        return best
+
+    def update(self, tree: DraftTreeNodes, committed: list[int]) -> None:
+        """Learn from every candidate, sent or pruned: a node "hits" when its path spells the start of
+        what the round committed. Under greedy decoding that is exactly whether it would have been
+        accepted; learning from pruned nodes too means a size once judged too large is still revisited."""
+        hit = [False] * len(tree)
+        for i, node in enumerate(tree.nodes):
+            parent_hit = node.parent < 0 or hit[node.parent]
+            hit[i] = parent_hit and node.depth <= len(committed) and node.token == committed[node.depth - 1]
+            b = self._bin(node.score)
+            self.seen[b] += 1
+            self.hits[b] += hit[i]

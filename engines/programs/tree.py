@@ -1,0 +1,58 @@
+"""The draft-tree → verify loop every tree method shares, readable in one screen.
+
+Invariant (as in :mod:`engines.programs.chain`): the target cache holds every committed token but the last
+one (the root). Each round the drafter grows a tree, the best nodes go through the target in one forward
+with the root under a tree mask, the walk keeps one path, and the cache keeps the root's and that path's
+rows (:func:`engines.core.round.close_round`). Drafters that learn from target features are shown those of the
+root and the accepted path only.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from engines.core.context import DecodeContext, drafter_events, open_with_drafter, target_forward
+from engines.core.round import close_round, draft_event, observe_rows
+from engines.core.trace import Event
+from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
+
+MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
+
+
+def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
+                verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
+    """``total_tokens=None`` sizes every tree with :class:`~engines.drafters.tree_growth.TreeSizer` on ``verify_seconds``."""
+    trace = ctx.trace
+    observe = tuple(getattr(drafter, "observe_layers", ()))
+    cache, out, opening = open_with_drafter(ctx, drafter)
+    yield from opening
+    sizer = TreeSizer(verify_seconds, MAX_TREE_NODES) if total_tokens is None else None
+    round_ = 0
+    while not out.done:
+        round_ += 1
+        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_)
+        started = trace.now()
+        logits, seen = target_forward(ctx, cache, [out.ids[-1]] + sent.tokens, observe,
+                                      parents=sent.verify_parents())
+        verdict = yield from close_round(ctx, out, cache, round_, sent, logits, started,
+                                         observe=observe_rows(drafter, seen), drafter=drafter, node_ids=sent_ids,
+                                         draft_depth=max((n.depth for n in sent.nodes), default=0))
+        if sizer:
+            sizer.update(tree, [sent.nodes[i].token for i in verdict.path] + [verdict.next_token])
+
+
+def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: TreeSizer | None,
+                total_tokens: int | None, round_: int):
+    """Grow this round's tree and choose the nodes to verify (every tree loop, one device or client–server):
+    yields the round's draft events, returns ``(tree, sent_ids, sent)``."""
+    trace = ctx.trace
+    started = trace.now()
+    tree = grow_tree(drafter, out.ids, min(depth, max(out.remaining - 1, 1)), topk, ctx.sampler)
+    size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
+    sent_ids = best_nodes(tree, size)
+    sent = tree.subset(sent_ids)
+    if trace.detailed:
+        yield ctx.span("draft", round_, started)
+        yield draft_event(trace.now(), round_, drafter.name, tree, sent_ids)
+        yield from drafter_events(ctx, drafter, "draft", round_)
+    return tree, sent_ids, sent
