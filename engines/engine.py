@@ -19,6 +19,7 @@ from engines.core.stats import Stats, compute_stats
 from engines.core.trace import Event, RunEnd, RunStart, Trace
 from engines.drafters.trained import load_trained
 from engines.lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
+from engines.lanes.background import in_background
 from engines.lanes.runtime import load_message_cost, save_message_cost
 from engines.memory_budget import weight_stream
 from engines.methods import get_method
@@ -320,10 +321,15 @@ class Engine:
 
     def _stream_run(self, method, ctx: DecodeContext, temperature: float,
                     streamer: weight_stream.WeightStreamer | None) -> Iterator[Event]:
-        """Hand each event to the consumer with the run's clock stopped, so whatever the consumer does with
-        it (render, print, sleep) is never timed as decoding."""
+        """Hand each event to the consumer so that whatever it does with it (render, print, sleep) is never
+        timed as decoding: with the run's clock stopped on one process; a lanes run, whose workers would go
+        on computing meanwhile, runs in a thread of its own and never waits for the consumer."""
+        events = self._run_events(method, ctx, temperature, streamer)
         try:
-            for event in self._run_events(method, ctx, temperature, streamer):
+            if method.runs_in_processes:
+                yield from in_background(events)
+                return
+            for event in events:
                 ctx.trace.hold()
                 try:
                     yield event

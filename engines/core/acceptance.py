@@ -135,6 +135,8 @@ class _TargetRows:
         self.drawn: dict[int, int] = {}  # token_match: the target's own token per row
 
     def try_children(self, row: int, children: list[int], verdict: Verdict) -> int | None:
+        if not children:
+            return None
         nodes = self.tree.nodes
         if self.rule == "typical" and not self.greedy:
             return self._typical(row, children, verdict)

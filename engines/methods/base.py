@@ -67,6 +67,12 @@ class Method:
     description: str = ""
     clock: str = "wall"  # "virtual" where the run's times are replayed, not measured on the wall clock
 
+    @property
+    def runs_in_processes(self) -> bool:
+        """Whether other processes compute for this run while the driver waits (real lanes): then the run
+        must not pause for its consumer (:mod:`engines.lanes.background`)."""
+        return getattr(self.config, "mode", None) == "lanes"
+
     def lanes(self, ctx: DecodeContext) -> dict:
         """Which lane does what, for the run's start event (one lane unless the method runs several)."""
         return {"target": ctx.lane, "draft": ctx.lane}
