@@ -62,6 +62,25 @@ def test_chunked_verification_rows_equal_one_token_steps(model):
         assert torch.equal(chunked, stepped), f"{n} tokens: max diff {(chunked - stepped).abs().max()}"
 
 
+def test_the_largest_verification_validation_allows_is_row_invariant(model):
+    """γ = 64 (sps, pld, eesd, moa) and CATS's γ = 32 with as many corrections verify 1 + 64 rows: they
+    must stay on the row-invariant path, not fall back to ``sdpa`` (65 rows drifted at MAX_EXACT_ROWS = 64)."""
+    from engines.core.context import DRAFT_MARGIN
+    from engines.methods.cats import CatsConfig
+    from engines.methods.sps import SpsConfig
+    from engines.model.exact_numerics import MAX_EXACT_ROWS
+
+    assert MAX_EXACT_ROWS >= 1 + DRAFT_MARGIN
+    for config in (SpsConfig(gamma=DRAFT_MARGIN + 1), CatsConfig(gamma=DRAFT_MARGIN // 2 + 1)):
+        with pytest.raises(ValueError, match="gamma"):
+            config.validate(30)
+    engine = Engine(model, row_invariant=True)
+    engine.target.use_native(False)
+    ids = torch.randint(0, 512, (40 + 1 + DRAFT_MARGIN,), generator=torch.Generator().manual_seed(2)).tolist()
+    chunked, stepped = chunk_and_steps(engine, ids[:40], ids[40:])
+    assert torch.equal(chunked, stepped), f"max diff {(chunked - stepped).abs().max()}"
+
+
 def test_tree_rows_equal_the_steps_along_their_path(model):
     engine = Engine(model, row_invariant=True)
     engine.target.use_native(False)

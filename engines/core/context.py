@@ -19,7 +19,9 @@ from engines.core.trace import Commit, Prefill, StageSpan, Trace
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack
 
-DRAFT_MARGIN = 64  # cache slots beyond prompt + budget, for draft tokens that may be rejected
+# cache slots beyond prompt + budget for draft tokens that may be rejected: the most any round may draft
+# (methods validate γ against it; engines.model.exact_numerics.MAX_EXACT_ROWS covers 1 + it)
+DRAFT_MARGIN = 64
 
 
 @dataclass

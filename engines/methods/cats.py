@@ -29,7 +29,7 @@ from typing import Iterator
 
 import torch
 
-from engines.core.context import DecodeContext, Transcript, prefill
+from engines.core.context import DRAFT_MARGIN, DecodeContext, Transcript, prefill
 from engines.core.draft_tree import DraftTreeNodes, TreeNode, tree_mask_over
 from engines.core.round import close_round, draft_event
 from engines.core.trace import Event, ShallowVerification
@@ -54,7 +54,7 @@ class CatsConfig(MethodConfig):
         if self.dm_layer >= self.sv_layer:
             raise ValueError(f"dm_layer must be below sv_layer: 1 <= dm_layer < sv_layer <= {n_layers - 1}, "
                              f"got dm_layer={self.dm_layer}, sv_layer={self.sv_layer}")
-        require_int("gamma", self.gamma, 1, 32)
+        require_int("gamma", self.gamma, 1, DRAFT_MARGIN // 2)  # drafts + corrections
         if self.acceptance not in ACCEPTANCE:
             raise ValueError(f"acceptance must be one of {ACCEPTANCE}, got {self.acceptance!r}")
 

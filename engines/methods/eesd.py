@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from engines.core.context import DecodeContext
+from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import EarlyExitDrafter
 from engines.drafters.trained import exit_head_name
@@ -38,7 +38,7 @@ class EesdConfig(MethodConfig):
         self.gamma = int_or_auto(self.gamma)
 
     def validate(self, n_layers: int) -> None:
-        require_int_or_auto("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, DRAFT_MARGIN)
         require_int("exit_layer", self.exit_layer, 1, n_layers - 1)
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from engines.core.context import DecodeContext
+from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters.moa_drafter import MoADrafter
 from engines.drafters.moa_head import moa_name
@@ -60,7 +60,7 @@ class MoAConfig(LinkConfig):
         require_int("depth", self.depth, 1, 12)
         require_int("topk", self.topk, 1, 16)
         require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
-        require_int_or_auto("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, DRAFT_MARGIN)
         if self.client_server and not self.tree and self.gamma == AUTO:
             raise ValueError("gamma must be an integer in client–server mode (a chain is sent whole), got 'auto'")
         self.validate_link()

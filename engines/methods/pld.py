@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from engines.core.context import DecodeContext
+from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import PromptLookupDrafter
 from engines.methods.base import (
@@ -28,7 +28,7 @@ class PldConfig(MethodConfig):
         self.gamma = int_or_auto(self.gamma)
 
     def validate(self, n_layers: int) -> None:
-        require_int_or_auto("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, DRAFT_MARGIN)
         require_int("max_ngram", self.max_ngram, 1, 64)
         require_int("min_ngram", self.min_ngram, 1, self.max_ngram)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from engines.core.context import DecodeContext
+from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from engines.drafters.heads import SharedHead
@@ -47,7 +47,7 @@ class SpsConfig(MethodConfig):
         self.gamma = int_or_auto(self.gamma)
 
     def validate(self, n_layers: int) -> None:
-        require_int_or_auto("gamma", self.gamma, 1, 64)
+        require_int_or_auto("gamma", self.gamma, 1, DRAFT_MARGIN)
         if not isinstance(self.draft, str) or not self.draft:
             raise ValueError(f"draft must be 'self', one of the trained drafts {drafters_for(SPS)} or a model path, "
                              f"got {self.draft!r}")

@@ -25,7 +25,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ROW_INVARIANT_ATTENTION = "specviz_row_invariant"
-MAX_EXACT_ROWS = 64  # query rows at most for the float64 path: every verification; never a prefill
+# query rows at most for the float64 path: every verification validation lets through (the root and
+# engines.core.context.DRAFT_MARGIN drafted tokens: a chain of γ = 64, CATS's 32 drafts and 32 corrections); never a prefill
+MAX_EXACT_ROWS = 65
 
 
 def row_invariant_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
