@@ -79,3 +79,14 @@ def test_cats_bad_options(real_engine, options, message):
 def test_cats_greedy_acceptance_refuses_sampling(real_engine):
     with pytest.raises(ValueError, match="acceptance='greedy' needs temperature 0"):
         real_engine.generate("Hello", "cats", temperature=0.8)
+
+
+def test_cats_drafts_no_more_than_the_tokens_left(tiny_cats):
+    """A cycle drafts min(γ̄, tokens left − 1) (at least one): no deep pass is spent on drafts the budget cuts."""
+    events = tiny_cats.run([1, 2, 3], "cats", max_new_tokens=4, dm_layer=1, sv_layer=2, gamma=5).events
+    left = 4 - 1  # the prefill commits the first token
+    for event in events:
+        if event.kind == "sv_pass":
+            assert len(event.drafts) <= max(1, left - 1), (event.round, event.drafts, left)
+        if event.kind == "commit" and event.round > 0:
+            left -= len(event.tokens)
