@@ -1,4 +1,4 @@
-"""The native decode step (engines/native/step.c): the Hugging Face layer's math, row-invariant in every dtype,
+"""The native decode step (engines/model/native/step.c): the Hugging Face layer's math, row-invariant in every dtype,
 and out of the way where it cannot run. Tiny random Llamas; each test well under a second."""
 
 from __future__ import annotations

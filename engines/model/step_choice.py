@@ -129,7 +129,7 @@ def default_dtype(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | 
 def describe(dtype: str, model: str = DEFAULT_MODEL, native: bool = True) -> str:
     """One line for the bench, the CLI and the dashboard: which step runs in ``dtype`` and why that dtype."""
     choice = cached(model)
-    path = "the native step (engines/native/step.c)" if native else "PyTorch's path"
+    path = "the native step (engines/model/native/step.c)" if native else "PyTorch's path"
     if choice is None:
         return f"{dtype} through {path} (chosen by the caller; no measurement recorded here)"
     if choice.dtype == dtype:
