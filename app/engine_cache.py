@@ -63,12 +63,13 @@ def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dic
 def model_picker(prefix: str = "") -> tuple[str, Engine]:
     """The sidebar's model section every page shows: the dtype box (key ``{prefix}dtype``) and the engine
     it loads; a model that cannot load stops the page with the reason."""
-    from engines.model.loading import DEFAULT_MODEL, default_dtype
+    from engines.model.loading import DEFAULT_MODEL
+    from engines.model.step_choice import default_dtype
 
     st.header("Model")
     choice = st.selectbox("dtype", ["auto", "float32", "bfloat16"], key=f"{prefix}dtype",
                           help="auto: the faster of float32 and bfloat16 on this machine, measured once and cached.")
-    dtype = default_dtype("cpu") if choice == "auto" else choice
+    dtype = default_dtype() if choice == "auto" else choice
     try:
         engine = load_engine(dtype)
     except (ValueError, OSError) as error:

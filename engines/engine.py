@@ -27,6 +27,7 @@ from engines.model.kernels import install
 from engines.model.layers import LayerStack
 from engines.model.loading import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from engines.model.native.step import build_id as native_build_id
+from engines.model.step_choice import describe, validate_dtype_device
 from engines.model.verify_cost import (
     VerifyCost,
     install_stack,
@@ -80,7 +81,7 @@ class Engine:
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
              fp32_head: bool = False, row_invariant: bool | None = None, fused: bool = True) -> "Engine":
         """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
-        loaded: LoadedModel = load_model(model, dtype, device)
+        loaded: LoadedModel = load_model(model, *validate_dtype_device(dtype, device, model))
         engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head, row_invariant, fused)
         engine.verify_cost(measure_if_missing=False)
         return engine
@@ -88,7 +89,7 @@ class Engine:
     @property
     def step_description(self) -> str:
         """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.model.step_choice`)."""
-        from engines.model.step_choice import describe
+
 
         if not self._fused:
             return f"{self.dtype} through Hugging Face's layers (fused=False)"

@@ -12,7 +12,7 @@ dtype (f32 or bf16), so both sides compute from the same numbers; their outputs 
 kernels round differently) — the bench records that share for information only.
 
 ``make peers`` (``python -m specviz.llamacpp_peer setup``) brings it, every step cached under
-``engines.model.loading.cache_dir() / "peers"`` and skipped when its output is there (rerun it after an interruption):
+``engines.model.machine.cache_dir() / "peers"`` and skipped when its output is there (rerun it after an interruption):
 
 1. the llama-cpp-python sdist from PyPI (``src/``); its ``vendor/llama.cpp`` is the llama.cpp it binds;
 2. llama.cpp built with cmake from that tree (``build/``): its shared libraries, ``llama-bench`` and
@@ -39,7 +39,8 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from engines.model.loading import DEFAULT_MODEL, cache_dir, model_source
+from engines.model.loading import DEFAULT_MODEL, model_source
+from engines.model.machine import cache_dir
 
 PEER_METHODS = ("llamacpp_ar", "llamacpp_lookup")
 LLAMA_CPP_PYTHON = "0.3.36"

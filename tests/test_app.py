@@ -15,8 +15,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engines import METHODS, Engine
-from engines.drafters.registry import SPS, drafters_for
-from engines.drafters.trained import available, exit_head_name
+from engines.drafters.registry import SPS
+from engines.drafters.trained import available, drafters_for, exit_head_name
 from specviz import rounds
 from specviz.prompts import load_prompts
 

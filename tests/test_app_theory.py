@@ -28,9 +28,9 @@ def test_this_sessions_chain_runs_appear_on_the_model():
     """Runs the Run and Compare pages finished (kept by ``live.remember``) appear as predicted-against-measured
     points; ``ar`` and errors do not, nor runs in another dtype than the page's engine."""
     from engines import Engine
-    from engines.model.loading import default_dtype
+    from engines.model.step_choice import default_dtype
 
-    engine = Engine.load(dtype=default_dtype("cpu"))
+    engine = Engine.load(dtype=default_dtype())
     prompt = "Repeat this line twice: the quick brown fox jumps over the lazy dog."
     settings = {"max_new_tokens": 24, "temperature": 0.0, "seed": 0}
     batch = lv.Batch([("pld", {"gamma": 4}), ("ar", {}), ("pld", {"min_ngram": 5, "max_ngram": 2})], prompt,

@@ -7,19 +7,8 @@ import json
 import pytest
 
 from engines import Engine
-from engines.drafters.registry import (
-    EXIT,
-    KINDS,
-    MOA,
-    SPS,
-    TREE,
-    VERDICT,
-    drafter_kind,
-    drafter_kind_names,
-    drafters_for,
-    shipped_kind,
-)
-from engines.drafters.trained import available, read_card
+from engines.drafters.registry import EXIT, KINDS, MOA, SPS, TREE, VERDICT, drafter_kind, drafter_kind_names
+from engines.drafters.trained import available, drafters_for, read_card, shipped_kind
 from engines.training.recipes import LOSSES
 
 

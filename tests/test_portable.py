@@ -23,7 +23,7 @@ import torch.distributed as dist
 from engines import Engine
 from engines.lanes import LaneError, lane_capacity, pinned, runtime
 from engines.model import verify_cost
-from engines.model.loading import cpu_flags
+from engines.model.machine import cpu_flags
 from engines.model.verify_cost import machine_key
 from tests.conftest import tiny_llama
 from tests.lane_processes import lane_workers

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engines.model.loading import validate_dtype_device
+from engines.model.step_choice import validate_dtype_device
 
 BAD_CALLS = [
     (dict(prompt=""), "prompt must not be empty"),

@@ -75,23 +75,3 @@ def drafter_kind(kind: str) -> DrafterKind:
 def drafter_kind_names(use: str) -> tuple[str, ...]:
     """The kinds a method can draft with."""
     return tuple(name for name, kind in KINDS_BY_NAME.items() if use in kind.used_by)
-
-
-def shipped_kind(name: str) -> str | None:
-    """The kind of the shipped drafter ``name`` (``None``: not a shipped drafter, e.g. a model path)."""
-    from engines.drafters.trained import available, read_card
-
-    return read_card(name).get("kind") if name in available() else None
-
-
-def drafters_for(use: str) -> list[str]:
-    """Shipped drafters a method can draft with (``use``: one of SPS, VERDICT, TREE, EXIT, MOA): what the
-    dashboard offers and what validation messages list."""
-    from engines.drafters.trained import available, read_card
-
-    names = []
-    for name in available():
-        kind = KINDS_BY_NAME.get(read_card(name).get("kind"))
-        if kind is not None and use in kind.used_by:
-            names.append(name)
-    return names

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engines.drafters.model_draft import restrict_head_to_vocab
-from engines.drafters.registry import drafter_kind
+from engines.drafters.registry import KINDS_BY_NAME, drafter_kind
 from engines.model.layers import LayerStack
 
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
@@ -127,3 +127,19 @@ def set_vocab(module: torch.nn.Module, vocab_ids: torch.Tensor) -> None:
         module.head.vocab_ids = vocab_ids.to(module.head.vocab_ids.device)
     else:
         module.register_buffer("draft_vocab", vocab_ids, persistent=False)
+
+
+def shipped_kind(name: str) -> str | None:
+    """The kind of the shipped drafter ``name`` (``None``: not a shipped drafter, e.g. a model path)."""
+    return read_card(name).get("kind") if name in available() else None
+
+
+def drafters_for(use: str) -> list[str]:
+    """Shipped drafters a method can draft with (``use``: one of SPS, VERDICT, TREE, EXIT, MOA): what the
+    dashboard offers and what validation messages list."""
+    names = []
+    for name in available():
+        kind = KINDS_BY_NAME.get(read_card(name).get("kind"))
+        if kind is not None and use in kind.used_by:
+            names.append(name)
+    return names

@@ -437,7 +437,7 @@ class LaneGroup:
 
 
 def _message_cost_path() -> Path:
-    from engines.model.loading import cache_dir
+    from engines.model.machine import cache_dir
 
     return cache_dir() / "lanes" / f"message-cost-{socket.gethostname()}.json"
 
@@ -445,7 +445,7 @@ def _message_cost_path() -> Path:
 def save_message_cost(cost: MessageCost | None) -> None:
     if cost is None:
         return
-    from engines.model.loading import write_cache_file
+    from engines.model.machine import write_cache_file
 
     write_cache_file(_message_cost_path(), json.dumps({"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
                                                        "measured": time.strftime("%Y-%m-%d %H:%M")}))

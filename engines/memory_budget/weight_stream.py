@@ -90,7 +90,7 @@ from safetensors.torch import save_file
 
 from engines.core.trace import Commit, Event, StreamChunk
 from engines.model.layers import LayerStack
-from engines.model.loading import cache_dir
+from engines.model.machine import cache_dir
 
 MB = 1_000_000
 STREAM_MODES = ("deep", "all")

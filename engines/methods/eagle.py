@@ -27,7 +27,8 @@ from typing import Iterator
 from engines.core.context import DecodeContext
 from engines.core.trace import Event
 from engines.drafters.heads import SharedHead
-from engines.drafters.registry import TREE, drafters_for, shipped_kind
+from engines.drafters.registry import TREE
+from engines.drafters.trained import drafters_for, shipped_kind
 from engines.drafters.tree_drafters import (
     EagleTreeDrafter,
     ExitTreeDrafter,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.drafters.registry import VERDICT, drafters_for
-from engines.drafters.trained import available, exit_head_name
+from engines.drafters.registry import VERDICT
+from engines.drafters.trained import available, drafters_for, exit_head_name
 from engines.methods.base import MethodConfig, require_int
 from engines.methods.verdict import RULES, VerdictMethod, check_common
 from engines.programs.verdict.wire import Plan

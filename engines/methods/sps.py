@@ -19,12 +19,8 @@ from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from engines.drafters.heads import SharedHead
-from engines.drafters.registry import (
-    SPS,
-    drafter_kind_names,
-    drafters_for,
-    shipped_kind,
-)
+from engines.drafters.registry import SPS, drafter_kind_names
+from engines.drafters.trained import drafters_for, shipped_kind
 from engines.methods.base import (
     Method,
     MethodConfig,

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.drafters.registry import VERDICT, drafters_for
+from engines.drafters.registry import VERDICT
+from engines.drafters.trained import drafters_for
 from engines.methods.base import MethodConfig, require_int
 from engines.methods.verdict import VerdictMethod, check_common
 from engines.programs.verdict.wire import Plan

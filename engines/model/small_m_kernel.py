@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from engines.model.loading import cache_dir, cpu_flags
+from engines.model.machine import cache_dir, cpu_flags
 from engines.model.native.library import build_error
 from engines.model.native.library import compiler as find_compiler
 

@@ -21,7 +21,8 @@ from typing import Callable
 
 import torch
 
-from engines.model.loading import DEFAULT_MODEL, cache_dir, load_model, write_cache_file
+from engines.model.loading import DEFAULT_MODEL, check_dtype_device, load_model
+from engines.model.machine import cache_dir, write_cache_file
 from engines.model.native import step as native_step
 
 DTYPES = ("float32", "bfloat16")
@@ -124,6 +125,15 @@ def default_dtype(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | 
     """The faster dtype for ``model`` on this CPU: from the cache, measured first if it is not there."""
     choice = cached(model) or measure(model, progress)
     return choice.dtype
+
+
+def validate_dtype_device(dtype: str | None, device: str, model: str = DEFAULT_MODEL) -> tuple[str, str]:
+    """The dtype and device a load will use: ``dtype`` ``None`` is bf16 on a GPU and, on a CPU, the faster
+    of the two measured here (:func:`default_dtype`); ``ValueError`` for anything not allowed."""
+    check_dtype_device(dtype or "float32", device)  # a bad device fails before anything is measured
+    if dtype is None:
+        dtype = "bfloat16" if device == "cuda" else default_dtype(model)
+    return dtype, device
 
 
 def describe(dtype: str, model: str = DEFAULT_MODEL, native: bool = True) -> str:

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from engines.model.kernels import KernelPlan, available_kernels, install
-from engines.model.loading import cache_dir, write_cache_file
+from engines.model.machine import cache_dir, write_cache_file
 
 CURVE_VERSION = 1
 FUSED = "fused"  # the curve's label for forwards through engines.model.fused_layer (packed oneDNN products)

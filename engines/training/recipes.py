@@ -15,7 +15,7 @@ from engines.drafters.registry import KINDS_BY_NAME
 from engines.drafters.streaming import StreamingDraft
 from engines.drafters.trained import exit_head_name, save_trained
 from engines.model.layers import LayerStack
-from engines.model.loading import cpu_supports_bf16
+from engines.model.machine import cpu_supports_bf16
 from engines.training.data import draft_vocabulary, split_corpus, vocabulary_coverage
 from engines.training.train import (
     AdapterStudent,

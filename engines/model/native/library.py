@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.model.loading import cache_dir, cpu_flags
+from engines.model.machine import cache_dir, cpu_flags
 
 _lock = threading.Lock()
 _loaded: dict[str, "Loaded"] = {}

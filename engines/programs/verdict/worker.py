@@ -17,8 +17,8 @@ from engines.programs.verdict.wire import Plan
 @lru_cache(maxsize=2)
 def _draft_module(source: str, dtype: str, device: str, draft: str) -> torch.nn.Module:
     """A trained draft by name (built on the target's lower layers from ``source``), or a causal LM's directory."""
-    from engines.drafters.registry import VERDICT, drafter_kind_names, shipped_kind
-    from engines.drafters.trained import load_trained, read_card
+    from engines.drafters.registry import VERDICT, drafter_kind_names
+    from engines.drafters.trained import load_trained, read_card, shipped_kind
     from engines.model.layers import LayerStack
     from engines.model.loading import DTYPES, load_layers
 
