@@ -36,7 +36,7 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 app: install
-	$(BIN)/streamlit$(EXE) run app/Run.py --server.headless true --server.address localhost
+	$(BIN)/streamlit$(EXE) run app/main.py --server.headless true --server.address localhost
 
 # The browser test drives Debian's Chromium; install it when missing, with the emoji font the page icons need
 # in its screenshots, where that can be done unattended: apt-get, and root or passwordless sudo. Anywhere else

@@ -12,6 +12,7 @@ from typing import Callable
 
 import streamlit as st
 
+from app.run_summary import baseline_key
 from engines import Engine
 from engines.core.trace import Commit
 
@@ -34,11 +35,9 @@ def ar_baseline(engine: Engine, lock: threading.Lock, prompt: str, settings: dic
 
     ``progress(tokens, max_new_tokens)`` is called at every commit: a page that draws it there gives Streamlit
     a point to stop the run at (the Stop button); the stream is then closed and nothing is cached."""
-    import dashboard_helpers as dh
-
     memory = memory or {}
     cache = st.session_state.setdefault("ar_cache", {})
-    key = dh.baseline_key(prompt, {**settings, **memory}, engine.dtype)
+    key = baseline_key(prompt, {**settings, **memory}, engine.dtype)
     if key in cache:
         return cache[key], "cached in this session"
     with st.spinner("Running autoregressive decoding of the same prompt for the speedup…"), lock:

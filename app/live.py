@@ -17,8 +17,8 @@ import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
-import dashboard_helpers as dh
-
+from app import method_options as mo
+from app import run_summary as rs
 from engines.core.stats import compute_stats
 from engines.core.trace import Commit, Event, RunEnd, RunStart
 
@@ -107,7 +107,7 @@ class Batch:
     def use_cached_baseline(self, ar_cache: dict) -> None:
         """A batch stopped before its ``ar`` baseline ran takes one the session measured before, if any."""
         if self.ar is None:
-            cached = ar_cache.get(dh.baseline_key(self.prompt, self.settings, self.dtype))
+            cached = ar_cache.get(rs.baseline_key(self.prompt, self.settings, self.dtype))
             if cached is not None:
                 self.ar, self.ar_source = cached, "cached in this session"
 
@@ -140,7 +140,7 @@ def remember(session: dict, batch: Batch, labels: Sequence[str] | None = None) -
         key = f"{batch.id}:{i}"
         if "error" in record or record["stopped"] or key in kept:
             continue
-        label = labels[i] if labels is not None else dh.method_label(record["method"], record["options"])
+        label = labels[i] if labels is not None else mo.method_label(record["method"], record["options"])
         kept[key] = {"label": label, "events": record["events"],
                      "ar_events": batch.ar["events"]}
     for key in list(kept)[:-KEPT_RUNS]:

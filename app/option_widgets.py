@@ -4,18 +4,18 @@ generation settings, and the URL they are read from (once, on a session's first 
 Every widget keeps its value in ``st.session_state`` under its key and is created without a default of its
 own (the default is put there first), so a value read from the URL is simply written to the key before the
 widget is drawn. String options are always select boxes of the values that are valid here
-(:func:`dashboard_helpers.option_specs`): nothing typed in the browser names a file to load.
+(:func:`app.method_options.option_specs`): nothing typed in the browser names a file to load.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-import dashboard_helpers as dh
 import streamlit as st
-import url_state as us
-from prompt_picker import FREE_TEXT
 
+from app import method_options as mo
+from app import url_state as us
+from app.prompt_picker import FREE_TEXT
 from engines import METHODS
 
 
@@ -50,15 +50,15 @@ def option_widgets(prefix: str, method: str, n_layers: int, pending: Mapping[str
                    ignored: list | None = None) -> dict:
     """One widget per field of the method's ``Config`` (keys ``{prefix}opt:{method}:{name}``); returns the
     options in Config order. ``pending``: option values from the URL to apply first (checked like any input)."""
-    shipped = dh.shipped_drafters()
-    defaults = dh.default_options(method)
+    shipped = mo.shipped_drafters()
+    defaults = mo.default_options(method)
     chosen: dict = {}
-    for name in dh.render_order(method):
-        spec = next(s for s in dh.option_specs(method, n_layers, chosen, shipped) if s.name == name)
+    for name in mo.render_order(method):
+        spec = next(s for s in mo.option_specs(method, n_layers, chosen, shipped) if s.name == name)
         key = f"{prefix}opt:{method}:{name}"
         if pending and name in pending:
             try:
-                _apply(key, spec, dh.parse_option(spec, pending[name]))
+                _apply(key, spec, mo.parse_option(spec, pending[name]))
             except ValueError as error:
                 if ignored is not None:
                     ignored.append(str(error))
@@ -66,7 +66,7 @@ def option_widgets(prefix: str, method: str, n_layers: int, pending: Mapping[str
     return {name: chosen[name] for name in defaults}
 
 
-def _apply(key: str, spec: dh.OptionSpec, value) -> None:
+def _apply(key: str, spec: mo.OptionSpec, value) -> None:
     if spec.auto:
         st.session_state[f"{key}:auto"] = value == "auto"
     if spec.optional:
@@ -75,26 +75,26 @@ def _apply(key: str, spec: dh.OptionSpec, value) -> None:
         st.session_state[key] = value
 
 
-def _widget(spec: dh.OptionSpec, key: str, default):
+def _widget(spec: mo.OptionSpec, key: str, default):
     state = st.session_state
     if spec.choices:
         # written back every run: a select whose choices changed (or that was a number box a moment ago, as
         # eesd's exit layer is for head 'none') is a new widget to Streamlit and would start at its first choice
         # (no default index of its own: the value is always the one written here, and Streamlit's warning
         # about a widget given both a default and a Session State value stays quiet)
-        state[key] = dh.nearest_choice(spec.choices, state.get(key, spec.default))
-        return st.selectbox(spec.label, spec.choices, key=key, help=spec.help, format_func=dh.choice_label)
+        state[key] = mo.nearest_choice(spec.choices, state.get(key, spec.default))
+        return st.selectbox(spec.label, spec.choices, key=key, help=spec.help, format_func=mo.choice_label)
     if spec.kind is bool:
         state.setdefault(key, bool(spec.default))
         return st.checkbox(spec.label, key=key, help=spec.help)
     special = None
     if spec.auto:
         state.setdefault(f"{key}:auto", default == "auto")
-        special = "auto" if st.checkbox(f"{spec.label}: auto", key=f"{key}:auto", help=dh.AUTO_HELP) else None
+        special = "auto" if st.checkbox(f"{spec.label}: auto", key=f"{key}:auto", help=mo.AUTO_HELP) else None
     elif spec.optional:
         state.setdefault(f"{key}:unset", default is None)
         unset = st.checkbox(f"{spec.label}: unset", key=f"{key}:unset", help=spec.help)
-        special = dh.UNSET if unset else None
+        special = mo.UNSET if unset else None
     number = spec.kind(state.get(key, spec.default))
     if spec.low is not None:
         number = max(number, spec.kind(spec.low))
@@ -105,7 +105,7 @@ def _widget(spec: dh.OptionSpec, key: str, default):
                             step=1 if spec.kind is int else 0.01, disabled=special is not None)
     if special == "auto":
         return "auto"
-    if special == dh.UNSET:
+    if special == mo.UNSET:
         return None
     return spec.kind(value)
 

@@ -6,7 +6,6 @@ passes its own key prefix so pages keep separate prompts (and tests address thei
 
 from __future__ import annotations
 
-import dashboard_helpers as dh
 import streamlit as st
 
 from specviz.prompts import Prompt, load_prompts
@@ -17,7 +16,7 @@ FREE_TEXT = -1
 def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summarization") -> str:
     """The example selector and text box (keys ``{prefix}example`` / ``{prefix}prompt_text``); returns the text."""
     example_key, text_key = f"{prefix}example", f"{prefix}prompt_text"
-    st.session_state.setdefault(example_key, dh.default_example(prompts, category))
+    st.session_state.setdefault(example_key, default_example(prompts, category))
     st.session_state.setdefault(text_key, prompts[st.session_state[example_key]].turns[0])
 
     def example_chosen():
@@ -30,7 +29,7 @@ def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summ
             st.session_state[example_key] = FREE_TEXT
 
     st.selectbox("Prompt", [FREE_TEXT, *range(len(prompts))], key=example_key, on_change=example_chosen,
-                 format_func=lambda i: "✍️ free text" if i == FREE_TEXT else dh.example_label(prompts[i]),
+                 format_func=lambda i: "✍️ free text" if i == FREE_TEXT else example_label(prompts[i]),
                  help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
     return st.text_area("Prompt text", key=text_key, height=110, on_change=prompt_edited,
                         label_visibility="collapsed")
@@ -40,3 +39,14 @@ def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summ
 def example_prompts() -> list[Prompt]:
     """The project's evaluation prompts (``data/prompts.jsonl``), read once per server."""
     return load_prompts()
+
+
+def example_label(prompt: Prompt, width: int = 70) -> str:
+    text = " ".join(prompt.turns[0].split())
+    short = text if len(text) <= width else text[: width - 1] + "…"
+    return f"{prompt.category} · {short}"
+
+
+def default_example(prompts: list[Prompt], category: str = "summarization") -> int:
+    """Index of the first prompt of ``category`` (one that shows drafting well), else 0."""
+    return next((i for i, p in enumerate(prompts) if p.category == category), 0)

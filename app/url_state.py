@@ -17,8 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import dashboard_helpers as dh
-
+from app import method_options as mo
 from engines import METHODS
 from specviz.prompts import Prompt
 
@@ -59,7 +58,7 @@ def parse_setting(name: str, text: str):
 
 def settings_params(settings: Mapping, dtype_choice: str = "auto") -> dict[str, str]:
     """The settings (and the dtype box) that differ from the page's defaults."""
-    params = {name: dh.format_option(settings[name]) for name, setting in SETTINGS.items()
+    params = {name: mo.format_option(settings[name]) for name, setting in SETTINGS.items()
               if name in settings and settings[name] != setting.default}
     if dtype_choice != "auto":
         params["dtype"] = dtype_choice
@@ -89,12 +88,12 @@ def prompt_from_params(prompts: Sequence[Prompt], params: Mapping[str, str]) -> 
 
 def run_params(method: str, options: Mapping) -> dict[str, str]:
     """The Run page's method and the options that differ from its defaults."""
-    return {"method": method, **{k: dh.format_option(v) for k, v in dh.changed_options(method, options).items()}}
+    return {"method": method, **{k: mo.format_option(v) for k, v in mo.changed_options(method, options).items()}}
 
 
 def spec_string(method: str, options: Mapping) -> str:
     """``sps(gamma=3,draft=tiny)``: a Compare configuration in one URL value (defaults left out)."""
-    inner = ",".join(f"{k}={dh.format_option(v)}" for k, v in dh.changed_options(method, options).items())
+    inner = ",".join(f"{k}={mo.format_option(v)}" for k, v in mo.changed_options(method, options).items())
     return f"{method}({inner})" if inner else method
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import live as lv
+from app import method_options as mo
+from app import url_state as us
+from app.run_summary import strip_html
 from engines import METHODS, Engine
 from engines.drafters.registry import SPS
 from engines.drafters.trained import available, drafters_for, exit_head_name
@@ -21,19 +24,14 @@ from specviz import rounds
 from specviz.prompts import load_prompts
 
 APP = Path(__file__).resolve().parents[1] / "app"
-sys.path.insert(0, str(APP))
-import dashboard_helpers as dh  # noqa: E402
-import live as lv  # noqa: E402
-import url_state as us  # noqa: E402
-from dashboard_helpers import strip_html  # noqa: E402
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "α (acceptance rate)", "target calls", "speedup vs ar"]
 PROMPT = "List three primary colours, then three secondary colours."
 
 
 def new_app() -> AppTest:
-    # AppTest resolves a relative path against the calling file, so hand it app/Run.py absolutely.
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    # AppTest resolves a relative path against the calling file, so hand it app/main.py absolutely.
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -191,10 +189,10 @@ N_LAYERS = 30  # the default model's (every shipped drafter's card says target_l
 def fixed_up(method: str, options: dict) -> dict:
     """``options`` with every dependent choice moved to an offered one, as the sidebar does when drawing."""
     options = dict(options)
-    for name in dh.render_order(method):
-        spec = next(s for s in dh.option_specs(method, N_LAYERS, options) if s.name == name)
+    for name in mo.render_order(method):
+        spec = next(s for s in mo.option_specs(method, N_LAYERS, options) if s.name == name)
         if spec.choices:
-            options[name] = dh.nearest_choice(spec.choices, options[name])
+            options[name] = mo.nearest_choice(spec.choices, options[name])
     return options
 
 
@@ -204,12 +202,12 @@ def test_every_offered_choice_is_valid(method):
     sidebar does) passes the engine's validation, and every drafter it names is shipped."""
     shipped = set(available())
     config = METHODS[method].Config
-    specs = dh.option_specs(method, N_LAYERS)
+    specs = mo.option_specs(method, N_LAYERS)
     assert [s.name for s in specs] == config.option_names(), "a widget per Config field"
     assert all(s.choices for s in specs if s.kind is str), "no free-text option"
     for spec in specs:
         for choice in spec.choices:
-            options = fixed_up(method, {**dh.default_options(method), spec.name: choice})
+            options = fixed_up(method, {**mo.default_options(method), spec.name: choice})
             config(**options).validate(N_LAYERS)
             for name in ("draft", "drafter"):
                 if options.get(name) not in (None, "", "self"):
@@ -219,16 +217,16 @@ def test_every_offered_choice_is_valid(method):
 def test_layers_offered_only_where_a_head_is_trained():
     shipped = set(available())
     for head in ("norm", "layer", "cats"):
-        layers = next(s for s in dh.option_specs("eesd", N_LAYERS, {"head": head}) if s.name == "exit_layer").choices
+        layers = next(s for s in mo.option_specs("eesd", N_LAYERS, {"head": head}) if s.name == "exit_layer").choices
         assert layers and all(exit_head_name(layer, head) in shipped for layer in layers)
         assert len(layers) == sum(exit_head_name(layer, head) in shipped for layer in range(1, N_LAYERS))
-    free = next(s for s in dh.option_specs("eesd", N_LAYERS, {"head": "none"}) if s.name == "exit_layer")
+    free = next(s for s in mo.option_specs("eesd", N_LAYERS, {"head": "none"}) if s.name == "exit_layer")
     assert not free.choices and (free.low, free.high) == (1, N_LAYERS - 1), "the model's own head: any layer"
-    mirror = next(s for s in dh.option_specs("mirror", N_LAYERS, {"exit_head": "norm"}) if s.name == "exit_layer")
+    mirror = next(s for s in mo.option_specs("mirror", N_LAYERS, {"exit_head": "norm"}) if s.name == "exit_layer")
     assert all(f"exit@{layer}-norm" in shipped for layer in mirror.choices)
-    sv = next(s for s in dh.option_specs("cats", N_LAYERS, {"dm_layer": 10}) if s.name == "sv_layer").choices
+    sv = next(s for s in mo.option_specs("cats", N_LAYERS, {"dm_layer": 10}) if s.name == "sv_layer").choices
     assert sv and all(layer > 10 and f"cats@{layer}" in shipped for layer in sv)
-    assert dh.render_order("eesd").index("head") < dh.render_order("eesd").index("exit_layer")
+    assert mo.render_order("eesd").index("head") < mo.render_order("eesd").index("exit_layer")
 
 
 def test_the_draft_box_is_a_select_of_shipped_drafters():
@@ -265,7 +263,7 @@ def test_url_round_trip():
     assert params == {"method": "sps", "gamma": "3", "draft": "tiny", "full_vocab": "true",
                       "prompt_id": str(examples[chosen].question_id), "max_new_tokens": "24"}
 
-    again = AppTest.from_file(str(APP / "Run.py"), default_timeout=300)
+    again = AppTest.from_file(str(APP / "main.py"), default_timeout=300)
     again.query_params.update(params)
     again.run()
     assert not again.exception and not again.warning
@@ -283,7 +281,7 @@ def test_url_round_trip():
 
 
 def test_url_values_the_page_does_not_offer_are_ignored():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300)
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300)
     at.query_params.update({"method": "sps", "draft": "/etc/passwd", "gamma": "999", "draft_layers": "2",
                             "temperature": "7", "prompt_id": "nope", "dtype": "float16", "bogus": "1"})
     at.run()
@@ -352,11 +350,11 @@ def test_url_state_helpers():
             us.parse_setting(name, text)
     assert us.run_params("eesd", {"gamma": "auto", "exit_layer": 8, "head": "norm"}) == {
         "method": "eesd", "gamma": "auto", "exit_layer": "8", "head": "norm"}
-    spec = next(s for s in dh.option_specs("eagle", N_LAYERS) if s.name == "packet_loss")
-    assert dh.parse_option(spec, "unset") is None and dh.parse_option(spec, "0.25") == 0.25
+    spec = next(s for s in mo.option_specs("eagle", N_LAYERS) if s.name == "packet_loss")
+    assert mo.parse_option(spec, "unset") is None and mo.parse_option(spec, "0.25") == 0.25
     for text in ("1.5", "inf", "x"):
         with pytest.raises(ValueError, match="packet_loss"):
-            dh.parse_option(spec, text)
+            mo.parse_option(spec, text)
 
 
 def test_every_method_draws_its_options():

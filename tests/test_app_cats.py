@@ -6,16 +6,15 @@ only checked for being positive.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from app import cats_page as ch
+from app.run_summary import strip_html
+
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "2_🪜_CATS.py"
-sys.path.insert(0, str(APP))
-import cats_helpers as ch  # noqa: E402
-from dashboard_helpers import strip_html  # noqa: E402
+PAGE = APP / "pages" / "cats.py"
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "BPT (MB per token)", "speedup vs ar (same budget)",
                  "bytes streamed (MB)"]
@@ -138,8 +137,8 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/2_🪜_CATS.py").run()
+    at.switch_page("pages/cats.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🪜 CATS")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +15,10 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from streamlit.testing.v1 import AppTest
 
+from app import compare_page as ch
+from app import live as lv
+from app import url_state as us
+from app.run_summary import strip_html
 from engines import METHODS
 from engines.core.trace import Commit
 from specviz.compare import (
@@ -23,16 +26,11 @@ from specviz.compare import (
     cumulative_tokens_figure,
     speedup_bar_figure,
 )
+from tests.lane_processes import lane_workers
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "0_⚖️_Compare.py"
-sys.path.insert(0, str(APP))
-import compare_helpers as ch  # noqa: E402
-import live as lv  # noqa: E402
-import url_state as us  # noqa: E402
-from dashboard_helpers import strip_html  # noqa: E402
+PAGE = APP / "pages" / "compare.py"
 
-from tests.lane_processes import lane_workers  # noqa: E402
 
 PROMPT = "List three primary colours, then three secondary colours."
 SETTINGS = {"max_new_tokens": 12, "temperature": 0.0, "seed": 0, "top_p": 1.0}
@@ -243,9 +241,9 @@ def test_spec_strings_round_trip():
 
 
 def test_the_main_app_lists_the_compare_and_results_pages():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    for page, title in (("pages/0_⚖️_Compare.py", "⚖️ Compare"), ("pages/0_📊_Results.py", "📊 Recorded")):
+    for page, title in (("pages/compare.py", "⚖️ Compare"), ("pages/results.py", "📊 Recorded")):
         at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
         assert at.title[0].value.startswith(title)

@@ -7,18 +7,16 @@ As in ``test_app_verdict.py``: short runs (8 new tokens), nothing mocked, timing
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import moa_page as mh
 from engines.core.trace import LinkSend, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "7_🧩_MoA.py"
-sys.path.insert(0, str(APP))
-import moa_helpers as mh  # noqa: E402
+PAGE = APP / "pages" / "moa.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 
@@ -127,8 +125,8 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/7_🧩_MoA.py").run()
+    at.switch_page("pages/moa.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🧩 MoA")

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import ppsd_page as ph
+from app.lanes_page import LiveThrottle
+from app.run_summary import strip_html
 from engines.core.trace import RunStart, StageCompute
 from engines.lanes import lane_capacity
 from engines.programs.pipeline import stage_count
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "4_🚰_PPSD.py"
-sys.path.insert(0, str(APP))
-import ppsd_helpers as ph  # noqa: E402
-from dashboard_helpers import strip_html  # noqa: E402
+PAGE = APP / "pages" / "ppsd.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 N_LAYERS = 30  # SmolLM2-135M
@@ -144,7 +143,7 @@ def test_helpers():
                     "ppsd virtual": ("ppsd", {"exit_layer": 6, "head": "norm", "mode": "virtual"})}
     assert list(ph.run_plan(15, "layer", "lanes", compare=False)) == ["ppsd lanes"]
     now = [0.0]
-    throttle = ph.LiveThrottle(0.5, clock=lambda: now[0])
+    throttle = LiveThrottle(0.5, clock=lambda: now[0])
     assert throttle.due() and not throttle.due()
     now[0] = 0.6
     assert throttle.due()
@@ -156,8 +155,8 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/4_🚰_PPSD.py").run()
+    at.switch_page("pages/ppsd.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🚰 PPSD")

@@ -13,7 +13,7 @@ from engines import Engine
 from specviz import bench_results as br
 from specviz.bench import write_results
 
-PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "0_📊_Results.py"
+PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "results.py"
 
 
 @pytest.fixture

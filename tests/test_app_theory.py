@@ -1,13 +1,12 @@
 """The dashboard's Theory page: the verify-cost curve and the models on it, on the real default model."""
 
-import sys
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "3_📐_Theory.py"
-sys.path.insert(0, str(PAGE.parents[1]))
-import live as lv  # noqa: E402
+from app import live as lv
+
+PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "theory.py"
 
 
 def test_theory_page_draws_the_curve_and_both_models():

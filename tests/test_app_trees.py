@@ -6,19 +6,17 @@ positive.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.run_summary import strip_html
+from app.tree_page import parse_sizes
 from engines.methods.eagle import EagleConfig
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "1_🌳_Draft_trees.py"
-sys.path.insert(0, str(APP))
-from dashboard_helpers import strip_html  # noqa: E402
-from trees_helpers import parse_sizes  # noqa: E402
+PAGE = APP / "pages" / "draft_trees.py"
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "mean tree size", "speedup vs ar"]
 PROMPT = "List three primary colours, then three secondary colours."
@@ -133,8 +131,8 @@ def test_sweep_sizes_are_checked():
 
 
 def test_the_main_app_lists_the_page():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/1_🌳_Draft_trees.py").run()
+    at.switch_page("pages/draft_trees.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🌳 Draft trees")

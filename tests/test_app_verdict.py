@@ -7,18 +7,16 @@ Runs use ``serial`` mode, which starts no worker process.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from app import verdict_page as vh
 from engines.core.trace import CacheBuild, EeMessage, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
-MIRROR = APP / "pages" / "5_🪞_Mirror_SD.py"
-SSD = APP / "pages" / "6_🔮_SSD.py"
-sys.path.insert(0, str(APP))
-import verdict_helpers as vh  # noqa: E402
+MIRROR = APP / "pages" / "mirror_sd.py"
+SSD = APP / "pages" / "ssd.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 N_LAYERS = 30  # SmolLM2-135M
@@ -161,9 +159,9 @@ def test_helpers():
 
 
 def test_the_main_app_lists_the_pages():
-    at = AppTest.from_file(str(APP / "Run.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    for page, title in (("pages/5_🪞_Mirror_SD.py", "🪞 Mirror-SD"), ("pages/6_🔮_SSD.py", "🔮 SSD")):
+    for page, title in (("pages/mirror_sd.py", "🪞 Mirror-SD"), ("pages/ssd.py", "🔮 SSD")):
         at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
         assert at.title[0].value.startswith(title)

@@ -47,11 +47,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`streamlit run app/Run.py` on a free port; always terminated afterwards."""
+    """`streamlit run app/main.py` on a free port; always terminated afterwards."""
     port = free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    command = [sys.executable, "-m", "streamlit", "run", "app/Run.py", "--server.headless", "true",
+    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
                "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none"]
     with open(log_path, "wb") as log:

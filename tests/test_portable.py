@@ -30,7 +30,7 @@ from tests.lane_processes import lane_workers
 
 PROMPT = [1, 5, 9, 3, 7]
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGES = {"ppsd:": "4_🚰_PPSD.py", "mirror:": "5_🪞_Mirror_SD.py", "ssd:": "6_🔮_SSD.py"}
+PAGES = {"ppsd:": "ppsd.py", "mirror:": "mirror_sd.py", "ssd:": "ssd.py"}
 
 
 def _unreadable_proc(method):
@@ -194,9 +194,9 @@ def test_lane_pages_load_and_say_lanes_cannot_run(prefix, no_linux, no_distribut
 
 def test_the_pages_fall_back_from_lanes_and_say_why():
     """Enough cores but no worker processes: PPSD falls back to virtual mode, Mirror SD and SSD to serial."""
-    sys.path.insert(0, str(APP))
-    import ppsd_helpers as ph
-    import verdict_helpers as vh
+    from app import ppsd_page as ph
+    from app import verdict_page as vh
+    from app.lanes_page import one_core_note
 
     why = "this PyTorch build has no torch.distributed"
     mode, said = ph.effective_mode("lanes", 2, 8, why)
@@ -205,4 +205,4 @@ def test_the_pages_fall_back_from_lanes_and_say_why():
     assert mode == "serial" and why in said
     assert ph.effective_mode("serial", 2, 8, why) == ("serial", None)
     assert vh.effective_mode("lanes", 8, None) == ("lanes", None)
-    assert ph.one_core_note(True) is None and "one torch thread" in vh.one_core_note(False)
+    assert one_core_note(True) is None and "one torch thread" in one_core_note(False)

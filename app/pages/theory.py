@@ -8,24 +8,15 @@ on it, with sliders. The measured runs of this session (the other pages) appear 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import live as lv  # noqa: E402
-from engine_cache import model_picker  # noqa: E402
-
-from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
-from specviz.ppsd_views import formula_figure, formula_readout  # noqa: E402
-from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
-from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
-from specviz.trees import tree_budget_figure  # noqa: E402
+from app import live as lv
+from app.engine_cache import model_picker
+from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure
+from specviz.ppsd_views import formula_figure, formula_readout
+from specviz.session_points import chain_run_point, predicted_vs_measured_figure
+from specviz.theory import heldout_topk_agreement, rank_probabilities
+from specviz.trees import tree_budget_figure
 
 st.set_page_config(page_title="specviz — theory on this machine", page_icon="📐", layout="wide")
 st.title("📐 Theory, on this machine")

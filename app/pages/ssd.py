@@ -1,11 +1,12 @@
 """specviz dashboard page: SSD with SAGUARO sampling (paper 002), the speculation cache filling live.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
-(``streamlit run app/Run.py``). The sidebar holds SSD's options (the lookahead K, the fan-out and its
-width f or budget B, SAGUARO's C, the backup, the mode), the generation settings and the model; the page
-holds the formula explorers (round time, fan-out), the prompt, the live two-lane Gantt and cache table, the
-metrics with the law beside them, the accepted-length histogram and the miss curve, and (optionally)
-synchronous SD with the same draft for the speedup.
+``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The page is a lane-method page
+(:mod:`app.lanes_page`: sidebar, prompt, live run, stored run); this script supplies what is SSD's own: its
+options (the lookahead K, the fan-out and its width f or budget B, SAGUARO's C, the backup, the draft), the
+formula explorers (round time, fan-out), the cache table beside the live two-lane Gantt, the speculation cache
+round by round, and the accepted-length histogram with the miss curve. The Gantt, the metrics with the law
+beside them and (optionally) synchronous SD with the same draft for the speedup are shared with the Mirror-SD
+page (:mod:`app.verdict_page`).
 
 Decisions: as on the Mirror-SD page (one engine and lock for every page; lanes needs two cores, else serial;
 a 1-token warm-up before a lanes run; redraws at most every 0.4 s from the partial event list; "one core per
@@ -14,36 +15,19 @@ lane" on by default).
 
 from __future__ import annotations
 
-import sys
-import uuid
-from pathlib import Path
-
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from app import verdict_page as vp
+from app.lanes_page import LanePage
+from engines.core.trace import CacheBuild, CacheLookup
+from engines.methods.ssd import SsdConfig
+from engines.programs.verdict.speculation_cache import fit_power_law
+from specviz import verdict_views as vv
+from specviz.ppsd_views import one_token
 
-import verdict_helpers as vh  # noqa: E402
-import verdict_page as vp  # noqa: E402
-from engine_cache import model_picker  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
-from engines.core.trace import CacheBuild, CacheLookup  # noqa: E402
-from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
-from engines.methods.ssd import SsdConfig  # noqa: E402
-from engines.programs.verdict.speculation_cache import fit_power_law  # noqa: E402
-from specviz import verdict_views as vv  # noqa: E402
-from specviz.ppsd_views import one_token  # noqa: E402
-
-P = "ssd:"  # widget key prefix
 DEFAULTS = SsdConfig()  # the method's own defaults start the widgets
-st.set_page_config(page_title="specviz — SSD", page_icon="🔮", layout="wide")
-
-# --- explanation --------------------------------------------------------------------------------
-st.title("🔮 SSD: speculate on the speculation, live")
-st.markdown(
+page = LanePage(
+    "ssd", "SSD", "🔮", "🔮 SSD: speculate on the speculation, live",
     "Even with a fast draft, speculative decoding is serial: the draft cannot start the next window before it "
     "knows the verdict, k drafts accepted and the bonus token t*. **SSD** runs the draft on its own lane "
     "*during* verification. It guesses the likely verdicts (the top-F_k tokens of its own z_k for every k), "
@@ -51,19 +35,16 @@ st.markdown(
     "cache (a *hit*) or with a **backup** on the critical path (a *miss*). Round time (§5.6): "
     "max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup. **SAGUARO** (C < 1) draws each draft token with its "
     "top tokens down-weighted, which pushes the target's residual onto the cached guesses; verification uses "
-    "exactly that distribution, so the run stays lossless.")
+    "exactly that distribution, so the run stays lossless.",
+    "starting the draft lane (a worker process that loads the draft once)…")
+page.start()
+P = page.prefix
 
 # --- sidebar ------------------------------------------------------------------------------------
-method_box, settings_box, model_box = st.sidebar.container(), st.sidebar.container(), st.sidebar.container()
-with model_box:
-    dtype, engine = model_picker(P)
-capacity = lane_capacity(engine.device)
-
-with method_box:
-    st.header("SSD")
+with page.method_box:
     lookahead = int(st.number_input("K: lookahead", 1, 16, DEFAULTS.lookahead, key=f"{P}lookahead",
                                     help="Draft tokens per window."))
-    fanout = st.selectbox("fan-out", list(vh.FANOUTS), key=f"{P}fanout",
+    fanout = st.selectbox("fan-out", list(vp.FANOUTS), key=f"{P}fanout",
                           help="uniform: f guesses for every k; geometric: F_k ∝ P(A = k)^{1/(1+r)} within the "
                                "budget B, with a_p and r refitted from the run's own log.")
     f = int(st.number_input("f: guesses per k (uniform)", 1, 64, DEFAULTS.f, key=f"{P}f", disabled=fanout != "uniform"))
@@ -71,30 +52,14 @@ with method_box:
                                  disabled=fanout != "geometric", help="Σ F_k ≤ B branches per round."))
     c = float(st.slider("C: SAGUARO down-weight", 0.05, 1.0, 1.0, 0.05, key=f"{P}c",
                         help="1 = off. Matters only when sampling (temperature > 0)."))
-    backup = st.selectbox("backup", list(vh.BACKUPS), format_func=vh.BACKUP_LABELS.get, key=f"{P}backup")
-    draft = st.selectbox("draft", ["tiny", "ss"], key=f"{P}draft", format_func=vh.DRAFT_LABELS.get,
+    backup = st.selectbox("backup", list(vp.BACKUPS), format_func=vp.BACKUP_LABELS.get, key=f"{P}backup")
+    draft = st.selectbox("draft", ["tiny", "ss"], key=f"{P}draft", format_func=vp.DRAFT_LABELS.get,
                          help="tiny: the paper's setting, one token per draft forward; ss: 1 + 2 tokens per forward "
                               "(this project's extension).")
-    asked = st.selectbox("mode", list(vh.MODES), format_func=vh.MODE_LABELS.get, key=f"{P}mode")
-    mode, why = vh.effective_mode(asked, capacity, lanes_unavailable())
-    if why:
-        st.warning(why)
-    compare = st.checkbox("also run sps (same draft, γ = K)", value=False, key=f"{P}compare",
-                          help="Synchronous SD: the measured speedup beside §5.6's formula.")
-    one_core = st.checkbox("one core per lane", value=True, key=f"{P}one_core",
-                           help="Run the serial schedule and sps on one core with one thread, as each lane of a "
-                                "lanes run does.")
-    if pin_note := vh.one_core_note(can_pin()):
-        st.caption(pin_note)
+    vp.lane_options(page, "also run sps (same draft, γ = K)", "Synchronous SD: the measured speedup beside §5.6's formula.")
     st.caption("Draft: `tiny` (4 layers: the target's first two + two distilled).")
-
-with settings_box:
-    st.header("Generation")
-    max_new_tokens = int(st.number_input("max new tokens", 1, 256, 32, step=8, key=f"{P}max_new_tokens"))
-    temperature = float(st.slider("temperature", 0.0, 1.5, 0.0, 0.05, key=f"{P}temperature",
-                                  help="0 = greedy; SAGUARO's C matters only when sampling (seed 0)."))
-
-options = vh.ssd_options(lookahead, fanout, f, budget, c, backup, mode, draft)
+page.generation("0 = greedy; SAGUARO's C matters only when sampling (seed 0).")
+options = vp.ssd_options(lookahead, fanout, f, budget, c, backup, page.mode, draft)
 
 # --- the formulas -------------------------------------------------------------------------------
 with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the knobs", expanded=False):
@@ -107,7 +72,7 @@ with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the
         t_comm = st.slider("T_comm ms", 0.0, 20.0, 1.0, 0.1, key=f"{P}x:comm")
         t_b = st.slider("T_backup ms", 0.0, 100.0, 12.0, 0.5, key=f"{P}x:backup")
         hit = st.slider("P(hit)", 0.0, 1.0, 0.5, 0.01, key=f"{P}x:hit")
-        x = vh.ssd_explorer(t_v, t_d, t_dw, t_comm, t_b, hit)
+        x = vp.ssd_explorer(t_v, t_d, t_dw, t_comm, t_b, hit)
         cols = st.columns(3)
         cols[0].metric("SD vs SSD round", f"{x['t_sd_ms']:.1f} vs {x['t_round_ms']:.1f} ms",
                        help="T_d(K) + T_v against max(T_v, T_draftwork) + T_comm + (1 − P(hit))·T_backup.")
@@ -123,44 +88,20 @@ with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the
         x_k = st.slider("K: lookahead", 1, 10, 7, key=f"{P}x:k")
         st.plotly_chart(vv.fanout_figure(a_p, r, x_budget, x_k), key=f"{P}fanout_figure")
 
-# --- prompt -------------------------------------------------------------------------------------
-prompt = prompt_picker(example_prompts(), P, "qa")
-generate = st.button("Run SSD" if mode == asked else "Run SSD (serial mode)", type="primary", key=f"{P}generate")
-status_area, gantt_area, cache_area = st.empty(), st.empty(), st.empty()
-token_text = one_token(engine.detokenize)
-
-
-# --- running ------------------------------------------------------------------------------------
-def draw_live(events: list, drawn: int) -> None:
-    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}live:gantt:{drawn}")
-    cache_area.plotly_chart(vv.ssd_cache_table(events, token_text=token_text), key=f"{P}live:cache:{drawn}")
-
-
-def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
-    return vp.stream_plan(engine, dtype, prompt, plan, max_new_tokens=max_new_tokens, temperature=temperature,
-                          one_core=one_core, status_area=status_area, draw_live=draw_live)
-
-
-if generate:
-    st.session_state.pop("ssd_run", None)
-    try:
-        runs = stream(vh.run_plan("ssd", options, compare))
-        st.session_state["ssd_run"] = {"id": uuid.uuid4().hex, "runs": runs, "main": next(iter(runs)), "why": why}
-    except (ValueError, OSError, LaneError) as error:  # the engine names the problem (bad input, a lane that died)
-        gantt_area.empty()
-        cache_area.empty()
-        status_area.empty()
-        st.error(str(error))
+# --- prompt, running ----------------------------------------------------------------------------
+page.controls(live_areas=2)  # the Gantt, the cache table
+token_text = one_token(page.engine.detokenize)
+vp.run(page, options, lambda events: vv.ssd_cache_table(events, token_text=token_text), "cache")
 
 
 # --- results ------------------------------------------------------------------------------------
 def show_cache(record: dict) -> None:
     events = record["runs"][record["main"]]["events"]
-    rounds = vh.rounds_with(events, CacheBuild)
+    rounds = vp.rounds_with(events, CacheBuild)
     if not rounds:
         return
     st.subheader("The speculation cache, round by round")
-    first = vh.default_round(events, CacheBuild)
+    first = vp.default_round(events, CacheBuild)
     chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
     st.plotly_chart(vv.ssd_cache_table(events, chosen, token_text=token_text), key=f"{P}cache")
 
@@ -187,18 +128,8 @@ def show_fits(record: dict) -> None:
                    f"{sum(x.hit for x in lookups) / len(lookups):.2f} over {len(lookups)} lookups.")
 
 
-record = st.session_state.get("ssd_run")
-if record is None:
-    if not generate:
-        gantt_area.info("Pick K, the fan-out, C, the backup and a mode, then press **Run SSD**.")
-else:
-    if record["why"]:
-        st.caption("This run used serial mode: " + record["why"].split(". ")[0] + ".")
-    events = record["runs"][record["main"]]["events"]
-    metrics = vv.verdict_metrics(events)
-    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
-    cache_area.empty()
-    vp.show_metrics(record, metrics)
-    vp.show_law(record, metrics, P, "synchronous SD")
+record = page.stored_run("Pick K, the fan-out, C, the backup and a mode, then press **Run SSD**.")
+if record is not None:
+    vp.show_run(page, record, "synchronous SD")
     show_cache(record)
     show_fits(record)

@@ -1,7 +1,6 @@
 """specviz dashboard page: EAGLE-2 draft trees, live, one round at a time.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
-(``streamlit run app/Run.py``). The sidebar holds the tree's shape (drafter, depth, top-k, total
+``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The sidebar holds the tree's shape (drafter, depth, top-k, total
 tokens), the sampling settings and the dtype; the page holds the prompt, the live token stream, the
 metrics, one round's tree beside its attention mask, and the τ-vs-tree-size sweep.
 
@@ -18,27 +17,20 @@ Decisions:
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import dashboard_helpers as dh  # noqa: E402
-import trees_helpers as th  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
-from engines.core.trace import Commit  # noqa: E402
-from engines.drafters.registry import TREE, drafters_for  # noqa: E402
-from engines.methods.eagle import EagleConfig  # noqa: E402
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import (  # noqa: E402
+from app import method_options as mo
+from app import run_summary as rs
+from app import tree_page as th
+from app.engine_cache import ar_baseline, engine_lock, load_engine, model_picker
+from app.prompt_picker import example_prompts, prompt_picker
+from engines.core.trace import Commit
+from engines.drafters.registry import TREE, drafters_for
+from engines.methods.eagle import EagleConfig
+from specviz.tokens import legend_html, token_stream_html
+from specviz.trees import (
     STATUS_COLOURS,
     STATUS_LABELS,
     root_token,
@@ -114,14 +106,14 @@ stream_area = st.empty()
 # --- running ------------------------------------------------------------------------------------
 def run_tree(prompt: str) -> dict:
     """Stream ``eagle`` into ``stream_area``, then get the ``ar`` baseline as the Run page does."""
-    label = dh.method_label("eagle", options)
+    label = mo.method_label("eagle", options)
     lock = engine_lock(dtype)
     with lock:
         events = []
         for event in engine.generate(prompt, "eagle", **settings, **options):  # ValueError on bad input
             events.append(event)
             if isinstance(event, Commit):
-                stream_area.markdown(dh.live_status(events, label) + token_stream_html(events), unsafe_allow_html=True)
+                stream_area.markdown(rs.live_status(events, label) + token_stream_html(events), unsafe_allow_html=True)
     end = events[-1]
     run = {"id": uuid.uuid4().hex, "options": dict(options), "settings": dict(settings), "dtype": engine.dtype,
            "prompt": prompt, "events": events, "stats": end.stats, "text": end.text, "label": label}
@@ -221,7 +213,7 @@ if run is None:
     if not generate:
         stream_area.info("Pick a drafter, a tree shape and a prompt, then press **Grow trees**.")
 else:
-    stream_area.markdown(dh.live_status(run["events"], run["label"]) + token_stream_html(run["events"]),
+    stream_area.markdown(rs.live_status(run["events"], run["label"]) + token_stream_html(run["events"]),
                          unsafe_allow_html=True)
     show_metrics(run)
     show_round(run)

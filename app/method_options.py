@@ -1,14 +1,14 @@
-"""Streamlit-free helpers for the dashboard: option widgets' specs, cache keys, metric formatting.
+"""A method's options as the dashboard offers them, Streamlit-free: each option's widget spec (bounds, choices,
+help), parsing and formatting a value, the defaults, and the labels that name a configuration.
 
-Kept apart from ``Run.py`` so the page script reads top to bottom as a layout, and so these
-pieces can be checked without a Streamlit runtime. Everything here reads the engine only through its
+Kept apart from the pages so they read top to bottom as a layout, and so these pieces can be checked without
+a Streamlit runtime. Everything here reads the engine only through its
 public API (``METHODS``, the config dataclasses, ``Stats`` dicts and trace events).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import re
 import sys
@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from engines import METHODS
-from engines.core.trace import Commit, Event
 from engines.drafters.moa_head import moa_name
 from engines.drafters.registry import MOA, SPS, TREE, VERDICT, drafter_kind_names
 from engines.drafters.trained import exit_head_name
-from specviz.prompts import Prompt
 
 # Sensible widget bounds per option (the engine's own validation still has the last word).
 # ``None`` as the upper bound of a layer option means "the target's layer count − 1".
@@ -313,61 +311,3 @@ def method_label(method: str, options: dict) -> str:
     """``sps(gamma=5, draft=self, draft_layers=4)``."""
     inner = ", ".join(f"{k}={v}" for k, v in options.items())
     return f"{method}({inner})" if inner else method
-
-
-def example_label(prompt: Prompt, width: int = 70) -> str:
-    text = " ".join(prompt.turns[0].split())
-    short = text if len(text) <= width else text[: width - 1] + "…"
-    return f"{prompt.category} · {short}"
-
-
-def default_example(prompts: list[Prompt], category: str = "summarization") -> int:
-    """Index of the first prompt of ``category`` (one that shows drafting well), else 0."""
-    return next((i for i, p in enumerate(prompts) if p.category == category), 0)
-
-
-def baseline_key(prompt: str, settings: dict, dtype: str) -> tuple:
-    """What an ``ar`` run depends on: the same key means the cached baseline can be reused."""
-    return (prompt, dtype, *(settings[k] for k in sorted(settings)))
-
-
-STOPPED_BADGE = ('<span style="background:#c62828;color:white;padding:0 6px;border-radius:3px">'
-                 "⏹ stopped</span> ")
-
-
-def live_status(events: list[Event], method: str, stopped: bool = False) -> str:
-    """The grey line above a token stream; a run the Stop button ended is marked so."""
-    commits = [e for e in events if isinstance(e, Commit)]
-    tokens = sum(len(c.tokens) for c in commits)
-    rounds = sum(1 for c in commits if c.round > 0)
-    seconds = events[-1].t if events else 0.0
-    return (f'<div style="color:#777;font-size:0.85em;margin-bottom:4px">{STOPPED_BADGE if stopped else ""}'
-            f"{html.escape(method)} · {tokens} tokens · {rounds} verification rounds · {seconds:.1f} s</div>")
-
-
-def metric_values(stats: dict, ar_stats: dict | None) -> dict[str, str]:
-    """The five headline numbers, formatted; α is '—' where nothing was drafted (ar)."""
-    speedup = stats["tokens_per_s"] / ar_stats["tokens_per_s"] if ar_stats and ar_stats["tokens_per_s"] else None
-    return {
-        "tok/s": f"{stats['tokens_per_s']:.1f}",
-        "τ (mean accepted length)": f"{stats['mean_accepted_length']:.2f}",
-        "α (acceptance rate)": f"{stats['acceptance_rate']:.2f}" if stats["drafted"] else "—",
-        "target calls": str(stats["target_calls"]),
-        "speedup vs ar": "—" if speedup is None else f"{speedup:.2f}×",
-    }
-
-
-METRIC_HELP = {
-    "tok/s": "Generated tokens per second of decoding (prefill excluded, model load excluded).",
-    "τ (mean accepted length)": "Tokens committed per target verification call, the bonus/correction token "
-                                "included; autoregressive decoding has τ = 1.",
-    "α (acceptance rate)": "Accepted draft tokens ÷ drafted tokens.",
-    "target calls": "Forward passes of the full target model: the prefill plus one per round.",
-    "speedup vs ar": "tok/s of this run ÷ tok/s of autoregressive decoding of the same prompt with the same "
-                     "settings on the same engine (measured in this session).",
-}
-
-
-def strip_html(markup: str) -> str:
-    """Visible text of the token-stream HTML (for tests and plain-text export)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", markup)).replace("↵", "")

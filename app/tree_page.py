@@ -1,6 +1,6 @@
-"""Streamlit-free helpers for the draft-trees page (``pages/1_🌳_Draft_trees.py``): parsing, metrics, captions.
+"""Streamlit-free helpers for the draft-trees page (``pages/draft_trees.py``): parsing, metrics, captions.
 
-Kept apart from the page script for the same reason as ``dashboard_helpers``: the page reads top to
+Kept apart from the page script for the same reason as ``method_options``: the page reads top to
 bottom as a layout, and these pieces can be checked without a Streamlit runtime.
 """
 

@@ -1,6 +1,6 @@
 """specviz dashboard: pick a method, a prompt and parameters; watch the real engine decode live.
 
-Run with ``streamlit run app/Run.py``. Layout: the sidebar holds the method, its options (widgets
+The dashboard's first page (``streamlit run app/main.py``). Layout: the sidebar holds the method, its options (widgets
 generated from the method's ``Config`` dataclass), the sampling settings and the dtype; the page holds
 the prompt, the live token stream, the metrics, and the figures.
 
@@ -26,22 +26,15 @@ Decisions:
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import streamlit as st
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # also works from a checkout where the project isn't pip-installed
-    sys.path.insert(0, str(ROOT))
-
-import dashboard_helpers as dh  # noqa: E402  (app/ is on sys.path under `streamlit run` and AppTest)
-import live as lv  # noqa: E402
-import option_widgets as ow  # noqa: E402
-import url_state as us  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, load_engine, model_picker  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
+from app import live as lv
+from app import method_options as mo
+from app import option_widgets as ow
+from app import run_summary as rs
+from app import url_state as us
+from app.engine_cache import ar_baseline, engine_lock, load_engine, model_picker
+from app.prompt_picker import example_prompts, prompt_picker
 from engines import METHODS
 from specviz import rounds
 from specviz.figures import (
@@ -87,9 +80,9 @@ st.markdown(
 )
 
 for column, (page, label, icon) in zip(st.columns(3), (
-        ("pages/0_⚖️_Compare.py", "Compare configurations", "⚖️"),
-        ("pages/3_📐_Theory.py", "Theory on this machine", "📐"),
-        ("pages/0_📊_Results.py", "Recorded results (no model)", "📊"))):
+        ("pages/compare.py", "Compare configurations", "⚖️"),
+        ("pages/theory.py", "Theory on this machine", "📐"),
+        ("pages/results.py", "Recorded results (no model)", "📊"))):
     column.page_link(page, label=label, icon=icon)
 
 # --- sidebar: method, options, generation settings, model ---------------------------------------
@@ -110,7 +103,7 @@ with method_box:
                                 {k: v for k, v in url.items() if k in option_names}, ignored)
     if not options:
         st.caption("No options: one target forward per token.")
-    if dh.untrained_self_draft(method, options):
+    if mo.untrained_self_draft(method, options):
         st.caption(UNTRAINED_DRAFTS[method])
 
 with settings_box:
@@ -150,20 +143,20 @@ def run_method(prompt: str) -> None:
     ``last_run`` (an error from the engine is shown instead)."""
     batch = lv.Batch([(method, options)], prompt, settings, engine.dtype)
     st.session_state["batch"] = batch
-    label = dh.method_label(method, options)
+    label = mo.method_label(method, options)
     with batch.running():
         stop_slot.button("⏹ Stop", key="stop", help="End the run at its next token; what it produced stays here.")
         lock = engine_lock(dtype)
         with lock:
             record = batch.run(lambda: engine.generate(prompt, method, **settings, **options),
-                               lambda events: stream_area.markdown(dh.live_status(events, label)
+                               lambda events: stream_area.markdown(rs.live_status(events, label)
                                                                    + token_stream_html(events), unsafe_allow_html=True))
         if "error" in record:  # the engine validates before any work and names the problem
             stream_area.empty()
             st.error(record["error"])
         elif method == "ar":  # ar is its own baseline, and the pages' from now on
             baseline = {k: record[k] for k in ("events", "stats", "text", "token_ids")}
-            st.session_state.setdefault("ar_cache", {})[dh.baseline_key(prompt, settings, engine.dtype)] = baseline
+            st.session_state.setdefault("ar_cache", {})[rs.baseline_key(prompt, settings, engine.dtype)] = baseline
             batch.ar, batch.ar_source = baseline, "this run"
         else:
             note = st.empty()
@@ -187,9 +180,9 @@ if generate:
 # --- results ------------------------------------------------------------------------------------
 def show_metrics(run: dict) -> None:
     stats, ar = run["stats"], run["ar"]
-    values = dh.metric_values(stats, ar["stats"] if ar else None)
+    values = rs.metric_values(stats, ar["stats"] if ar else None)
     for column, (label, value) in zip(st.columns(len(values)), values.items()):
-        column.metric(label, value, help=dh.METRIC_HELP[label])
+        column.metric(label, value, help=rs.METRIC_HELP[label])
     same = ""
     if ar and not run["stopped"] and run["settings"]["temperature"] == 0 and run["method"] != "ar":
         same = " · output equals ar: " + ("yes ✓" if run["text"] == ar["text"] else "**no**")
@@ -208,7 +201,7 @@ def show_metrics(run: dict) -> None:
 
 def show_sweep(run: dict) -> None:
     st.subheader("γ sweep")
-    if not dh.has_gamma(run["method"]):
+    if not mo.has_gamma(run["method"]):
         st.caption("Autoregressive decoding drafts nothing: pick sps, pld or eesd to sweep γ.")
         return
     st.caption("Runs this method at several γ on this prompt (greedy) and lays the measurement beside "
@@ -286,7 +279,7 @@ if run is None:
     if not generate:
         stream_area.info("Pick a method and a prompt, then press **Generate** to watch it decode.")
 else:
-    stream_area.markdown(dh.live_status(run["events"], dh.method_label(run["method"], run["options"]), run["stopped"])
+    stream_area.markdown(rs.live_status(run["events"], mo.method_label(run["method"], run["options"]), run["stopped"])
                          + token_stream_html(run["events"]), unsafe_allow_html=True)
     if run["stopped"]:
         st.warning("⏹ Stopped: the numbers below are for the tokens produced before the Stop.")
@@ -296,7 +289,7 @@ else:
     hist, sweep_column = st.columns(2)
     with hist:
         st.subheader("Accepted length")
-        label = dh.method_label(run["method"], run["options"])
+        label = mo.method_label(run["method"], run["options"])
         runs = {label: run["events"]}
         if run["method"] != "ar" and run["ar"]:
             runs["ar"] = run["ar"]["events"]

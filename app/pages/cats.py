@@ -1,7 +1,6 @@
 """specviz dashboard page: CATS (paper 004) under a memory budget, live, one cycle at a time.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
-(``streamlit run app/Run.py``). The sidebar holds CATS's settings (the shipped draft and
+``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The sidebar holds CATS's settings (the shipped draft and
 shallow-verifier adapters, γ̄, the acceptance rule), the memory budget (resident layers, flash bandwidth,
 stream mode), the generation settings and the dtype; the page holds the prompt, the live token stream, the
 metrics, one cycle's tree, mask and io/compute Gantt, and the shallow verifier's confusion matrix.
@@ -19,24 +18,17 @@ Decisions:
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import cats_helpers as ch  # noqa: E402
-import dashboard_helpers as dh  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
-from engines.core.trace import Commit  # noqa: E402
-from specviz.cats_views import (  # noqa: E402
+from app import cats_page as ch
+from app import method_options as mo
+from app import run_summary as rs
+from app.engine_cache import ar_baseline, engine_lock, model_picker
+from app.prompt_picker import example_prompts, prompt_picker
+from engines.core.trace import Commit
+from specviz.cats_views import (
     STAGE_COLOURS,
     cats_cycles,
     confusion_figure,
@@ -46,8 +38,8 @@ from specviz.cats_views import (  # noqa: E402
     gantt_figure,
     showcase_cycle,
 )
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import STATUS_COLOURS, STATUS_LABELS  # noqa: E402
+from specviz.tokens import legend_html, token_stream_html
+from specviz.trees import STATUS_COLOURS, STATUS_LABELS
 
 st.set_page_config(page_title="specviz — CATS", page_icon="🪜", layout="wide")
 
@@ -141,14 +133,14 @@ stream_area = st.empty()
 # --- running ------------------------------------------------------------------------------------
 def run_cats(prompt: str) -> dict:
     """Stream ``cats`` into ``stream_area``, then ``ar`` under the same budget for the speedup."""
-    label = dh.method_label("cats", options)
+    label = mo.method_label("cats", options)
     lock = engine_lock(dtype)
     with lock:
         events = []
         for event in engine.generate(prompt, "cats", **settings, **memory, **options):  # ValueError on bad input
             events.append(event)
             if isinstance(event, Commit):
-                stream_area.markdown(dh.live_status(events, label) + token_stream_html(events), unsafe_allow_html=True)
+                stream_area.markdown(rs.live_status(events, label) + token_stream_html(events), unsafe_allow_html=True)
     end = events[-1]
     run = {"id": uuid.uuid4().hex, "options": dict(options), "settings": dict(settings), "memory": dict(memory),
            "dtype": engine.dtype, "prompt": prompt, "events": events, "stats": end.stats, "text": end.text,
@@ -216,7 +208,7 @@ if run is None:
     if not generate:
         stream_area.info("Pick the adapters, a memory budget and a prompt, then press **Run CATS**.")
 else:
-    stream_area.markdown(dh.live_status(run["events"], run["label"]) + token_stream_html(run["events"]),
+    stream_area.markdown(rs.live_status(run["events"], run["label"]) + token_stream_html(run["events"]),
                          unsafe_allow_html=True)
     show_metrics(run)
     show_cycle(run)

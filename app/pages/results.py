@@ -9,20 +9,13 @@ with :mod:`specviz.bench_results`. The chosen run, category and metric live in t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import option_widgets as ow  # noqa: E402
-
-from specviz import bench_results as br  # noqa: E402
-from specviz.compare import speedup_bar_figure  # noqa: E402
+from app import option_widgets as ow
+from specviz import bench_results as br
+from specviz.compare import speedup_bar_figure
 
 P = "results:"
 st.set_page_config(page_title="specviz — recorded results", page_icon="📊", layout="wide")

@@ -18,27 +18,19 @@ Decisions:
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import compare_helpers as ch  # noqa: E402
-import dashboard_helpers as dh  # noqa: E402
-import live as lv  # noqa: E402
-import option_widgets as ow  # noqa: E402
-import url_state as us  # noqa: E402
-from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
-from specviz.compare import cumulative_tokens_figure, speedup_bar_figure  # noqa: E402
-from specviz.figures import accepted_length_histogram, draft_depth_acceptance_figure  # noqa: E402
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
+from app import compare_page as ch
+from app import live as lv
+from app import method_options as mo
+from app import option_widgets as ow
+from app import run_summary as rs
+from app import url_state as us
+from app.engine_cache import ar_baseline, engine_lock, model_picker
+from app.prompt_picker import example_prompts, prompt_picker
+from specviz.compare import cumulative_tokens_figure, speedup_bar_figure
+from specviz.figures import accepted_length_histogram, draft_depth_acceptance_figure
+from specviz.tokens import legend_html, token_stream_html
 
 P = "cmp:"  # widget keys of this page
 st.set_page_config(page_title="specviz — compare", page_icon="⚖️", layout="wide")
@@ -74,7 +66,7 @@ with configs_box:
         with st.expander(f"Configuration {i + 1}", expanded=True):
             method = ow.method_select(f"{P}{i}:method", ch.DEFAULT_METHODS[i], pending_method, ignored)
             options = ow.option_widgets(f"{P}{i}:", method, engine.target.n_layers, pending_options, ignored)
-            if dh.untrained_self_draft(method, options):
+            if mo.untrained_self_draft(method, options):
                 st.caption("An untrained self-draft: expect α near 0 on this model.")
         configs.append((method, options))
 
@@ -115,7 +107,7 @@ status = st.empty()
 
 
 def draw_stream(slot, events: list, name: str, stopped: bool = False) -> None:
-    slot.markdown(dh.live_status(events, name, stopped) + token_stream_html(events), unsafe_allow_html=True)
+    slot.markdown(rs.live_status(events, name, stopped) + token_stream_html(events), unsafe_allow_html=True)
 
 
 def compare(batch: lv.Batch) -> None:

@@ -1,14 +1,13 @@
 """The PPSD page's logic, kept out of the page so it can be tested without Streamlit.
 
 What the page offers (the shipped exit heads, the modes this machine can run), the options each run gets,
-when the live Gantt redraws, and the headline numbers with their help texts. Every number from a
+and the headline numbers with their help texts. Every number from a
 ``mode="virtual"`` run carries ``clock=virtual`` in its label.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Mapping, Sequence
 
 from engines.core.trace import Event
@@ -97,37 +96,12 @@ def needs_warmup(method: str, options: dict) -> bool:
     return method == "ppsd" and options.get("mode") == "lanes"
 
 
-def one_core_note(can_pin: bool) -> str | None:
-    """What "one core per lane" means where the OS cannot hold a thread to a core (macOS, Windows): one torch
-    thread, unpinned. ``None`` where it can (Linux)."""
-    if can_pin:
-        return None
-    return ("This OS cannot pin a thread to a core: \"one core per lane\" runs one torch thread that the OS may "
-            "move between cores.")
-
-
 def pin_to_one_core(method: str, options: dict, one_core: bool) -> bool:
     """Whether a run should be held to one core and one thread (``engines.lanes.pinned``): every run but PPSD's
     lanes and virtual modes, which place their own stages, when the page compares per lane (each PPSD stage
     gets one core; so do ar, eesd and the serial schedule). Two torch threads on a machine whose other core is
     busy can also run many times slower than one."""
     return one_core and not (method == "ppsd" and options.get("mode") in ("lanes", "virtual"))
-
-
-class LiveThrottle:
-    """When the live Gantt redraws: at most every ``seconds`` of real time, so drawing (which stops the run's
-    clock but not the other lanes' worker processes) stays a small share of the run."""
-
-    def __init__(self, seconds: float = 0.4, clock=time.perf_counter):
-        self.seconds, self.clock = seconds, clock
-        self.last = -float("inf")
-
-    def due(self) -> bool:
-        now = self.clock()
-        if now - self.last >= self.seconds:
-            self.last = now
-            return True
-        return False
 
 
 # --- the numbers ---------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """specviz dashboard page: Mixture of Attentions (MoA), a drafter that reads every layer, over a simulated link.
 
-Streamlit lists this page in the sidebar because it sits in ``app/pages/`` beside ``Run.py``
-(``streamlit run app/Run.py``). The sidebar holds the drafter (MoA at TLI 0/1/3, the −LSA ablation, EAGLE,
+``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The sidebar holds the drafter (MoA at TLI 0/1/3, the −LSA ablation, EAGLE,
 EAGLE trained on MoA's budget, the tiny independent draft), the link (none, local, base, 5G, 4G), its packet loss
 and the disconnection budget B, the generation settings and the model; the page holds the Table 7 explorer, the
 prompt, the live client · link · server Gantt, the text, the metrics, the draft split and the message sizes
@@ -20,26 +19,18 @@ Decisions:
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
-APP = Path(__file__).resolve().parent.parent
-for path in (APP, APP.parent):  # app/ for the helpers, the project root for engines/ and specviz/
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import moa_helpers as mh  # noqa: E402
-import pandas as pd  # noqa: E402
-from engine_cache import engine_lock, model_picker  # noqa: E402
-from ppsd_helpers import LiveThrottle  # noqa: E402
-from prompt_picker import example_prompts, prompt_picker  # noqa: E402
-
-from specviz import moa_views as mv  # noqa: E402
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import round_events, tree_figure  # noqa: E402
+from app import moa_page as mh
+from app.engine_cache import engine_lock, model_picker
+from app.lanes_page import LiveThrottle
+from app.prompt_picker import example_prompts, prompt_picker
+from specviz import moa_views as mv
+from specviz.tokens import legend_html, token_stream_html
+from specviz.trees import round_events, tree_figure
 
 P = "moa:"  # widget key prefix
 st.set_page_config(page_title="specviz — MoA", page_icon="🧩", layout="wide")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import dashboard_helpers as dh
-from live import Batch
+from app import method_options as mo
+from app.live import Batch
 
 DEFAULT_METHODS = ("pld", "eagle", "sps", "eesd")
 AR_LABEL = "ar (baseline)"  # configuration i starts as DEFAULT_METHODS[i]
@@ -32,7 +32,7 @@ def labels(configs: Sequence[tuple[str, dict]]) -> list[str]:
     """One label per configuration (``sps(gamma=3)``); a repeated one gets ``#2``, ``#3``."""
     out, seen = [], {}
     for method, options in configs:
-        label = dh.config_label(method, options)
+        label = mo.config_label(method, options)
         seen[label] = seen.get(label, 0) + 1
         out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
     return out
