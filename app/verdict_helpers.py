@@ -2,7 +2,7 @@
 
 What the pages offer (the modes this machine can run, the exit layers with a shipped head), the options and
 the plan of each press of Run, the formula explorers' arithmetic, and the headline numbers with the latency
-law beside the measurement. The numbers themselves come from :func:`specviz.verdict_views.verdict_metrics`;
+law beside the measurement. The numbers themselves come from :func:`specviz.views.verdict_metrics.verdict_metrics`;
 the laws from :mod:`specviz.theory`.
 """
 
@@ -125,7 +125,7 @@ def draft_gen_by_gamma(t_step: float, eta: float, max_gamma: int = 12) -> dict[i
 def mirror_explorer(t_prefix_ms: float, t_suffix_ms: float, t_step_ms: float, eta: float, gamma: int, t_rv_ms: float,
                     ff: float) -> dict:
     """The Mirror explorer's numbers (seconds in, ms out): T_gen(γ), T_SD, T_Mirror (Eq. 10/14), S, and the
-    [derived] E[T_step] with fallbacks; plus ``gen`` (γ → seconds) for :func:`specviz.verdict_views.mirror_law_figure`."""
+    [derived] E[T_step] with fallbacks; plus ``gen`` (γ → seconds) for :func:`specviz.views.mirror_sd.mirror_law_figure`."""
     t_prefix, t_suffix, t_rv = t_prefix_ms / 1e3, t_suffix_ms / 1e3, t_rv_ms / 1e3
     gen = draft_gen_by_gamma(t_step_ms / 1e3, eta, max(12, gamma))
     t_gen = gen[gamma]

@@ -17,8 +17,8 @@ from streamlit.testing.v1 import AppTest
 from engines import METHODS, Engine
 from engines.drafters.registry import SPS, drafters_for
 from engines.drafters.trained import available, exit_head_name
-from specviz import rounds
 from specviz.prompts import load_prompts
+from specviz.views import rounds
 
 APP = Path(__file__).resolve().parents[1] / "app"
 sys.path.insert(0, str(APP))

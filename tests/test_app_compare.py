@@ -18,11 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from engines import METHODS
 from engines.core.trace import Commit
-from specviz.compare import (
-    cumulative_tokens,
-    cumulative_tokens_figure,
-    speedup_bar_figure,
-)
+from specviz.views.compare import cumulative_tokens, cumulative_tokens_figure, speedup_bar_figure
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "pages" / "0_⚖️_Compare.py"

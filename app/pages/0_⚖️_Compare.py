@@ -36,9 +36,9 @@ import url_state as us  # noqa: E402
 from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 
-from specviz.compare import cumulative_tokens_figure, speedup_bar_figure  # noqa: E402
-from specviz.figures import accepted_length_histogram, draft_depth_acceptance_figure  # noqa: E402
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
+from specviz.views.chain import accepted_length_histogram, draft_depth_acceptance_figure  # noqa: E402
+from specviz.views.compare import cumulative_tokens_figure, speedup_bar_figure  # noqa: E402
+from specviz.views.tokens import legend_html, token_stream_html  # noqa: E402
 
 P = "cmp:"  # widget keys of this page
 st.set_page_config(page_title="specviz — compare", page_icon="⚖️", layout="wide")

@@ -3,7 +3,7 @@
 For a machine too slow to run the methods live: pick a recorded ``specviz bench`` run, and see its setup,
 a bar chart of every method's speedup over ``ar`` (overall or for one prompt category), the per-method table
 for that category, and one number per method and category. Nothing here loads the model; the files are read
-with :mod:`specviz.bench_results`. The chosen run, category and metric live in the URL
+with :mod:`specviz.bench.recorded_runs`. The chosen run, category and metric live in the URL
 (``?run=bf16/engine-after&category=qa&metric=tau``).
 """
 
@@ -21,8 +21,8 @@ for path in (APP, APP.parent):  # app/ for the helpers, the project root for spe
 
 import option_widgets as ow  # noqa: E402
 
-from specviz import bench_results as br  # noqa: E402
-from specviz.compare import speedup_bar_figure  # noqa: E402
+from specviz.bench import recorded_runs as br  # noqa: E402
+from specviz.views.compare import speedup_bar_figure  # noqa: E402
 
 P = "results:"
 st.set_page_config(page_title="specviz — recorded results", page_icon="📊", layout="wide")

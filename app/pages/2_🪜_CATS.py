@@ -36,7 +36,7 @@ from engine_cache import ar_baseline, engine_lock, model_picker  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 
 from engines.core.trace import Commit  # noqa: E402
-from specviz.cats_views import (  # noqa: E402
+from specviz.views.cats_cycles import (  # noqa: E402
     STAGE_COLOURS,
     cats_cycles,
     confusion_figure,
@@ -46,8 +46,8 @@ from specviz.cats_views import (  # noqa: E402
     gantt_figure,
     showcase_cycle,
 )
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import STATUS_COLOURS, STATUS_LABELS  # noqa: E402
+from specviz.views.draft_trees import STATUS_COLOURS, STATUS_LABELS  # noqa: E402
+from specviz.views.tokens import legend_html, token_stream_html  # noqa: E402
 
 st.set_page_config(page_title="specviz — CATS", page_icon="🪜", layout="wide")
 

@@ -21,11 +21,11 @@ for path in (APP, APP.parent):
 import live as lv  # noqa: E402
 from engine_cache import model_picker  # noqa: E402
 
-from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
-from specviz.ppsd_views import formula_figure, formula_readout  # noqa: E402
-from specviz.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
 from specviz.theory import heldout_topk_agreement, rank_probabilities  # noqa: E402
-from specviz.trees import tree_budget_figure  # noqa: E402
+from specviz.views.chain import chain_theory_on_curve_figure, kernel_curves_figure  # noqa: E402
+from specviz.views.ppsd_theory import formula_figure, formula_readout  # noqa: E402
+from specviz.views.session_points import chain_run_point, predicted_vs_measured_figure  # noqa: E402
+from specviz.views.tree_budget import tree_budget_figure  # noqa: E402
 
 st.set_page_config(page_title="specviz — theory on this machine", page_icon="📐", layout="wide")
 st.title("📐 Theory, on this machine")

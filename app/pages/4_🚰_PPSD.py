@@ -39,8 +39,8 @@ from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 
 from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable, pinned  # noqa: E402
 from engines.programs.pipeline import stage_count  # noqa: E402
-from specviz.pipeline import text_strip  # noqa: E402
-from specviz.ppsd_views import (  # noqa: E402
+from specviz.views.ppsd_pipeline import text_strip  # noqa: E402
+from specviz.views.ppsd_runs import (  # noqa: E402
     FATE_COLOURS,
     FATE_LABELS,
     baseline_for,
@@ -50,10 +50,10 @@ from specviz.ppsd_views import (  # noqa: E402
     one_token,
     run_metrics_rows,
     run_start,
-    speedup_surface_figure,
     text_strip_html,
     text_strip_legend_html,
 )
+from specviz.views.ppsd_theory import speedup_surface_figure  # noqa: E402
 
 st.set_page_config(page_title="specviz — PPSD", page_icon="🚰", layout="wide")
 

@@ -40,8 +40,9 @@ from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 from engines.core.trace import EeMessage  # noqa: E402
 from engines.lanes import LaneError, can_pin, lane_capacity, lanes_unavailable  # noqa: E402
 from engines.methods.mirror import MirrorConfig  # noqa: E402
-from specviz import verdict_views as vv  # noqa: E402
-from specviz.ppsd_views import one_token  # noqa: E402
+from specviz.views import mirror_sd, verdict_gantt
+from specviz.views import verdict_metrics as vv  # noqa: E402
+from specviz.views.ppsd_runs import one_token  # noqa: E402
 
 P = "mirror:"  # widget key prefix
 DEFAULTS = MirrorConfig()  # the method's own defaults start the widgets
@@ -122,7 +123,7 @@ with st.expander("The latency law (Eq. 10/14): move the costs", expanded=False):
         cols[1].metric("T_SD vs T_Mirror", f"{x['t_sd_ms']:.1f} vs {x['t_mirror_ms']:.1f} ms")
         cols[2].metric("S over SD", f"{x['speedup']:.2f}×", help="The paper's S (§3.6), no fallbacks.")
         cols[3].metric("with FF", f"{x['speedup_with_ff']:.2f}×", help="E[T_step] = T_Mirror + FF·T_gen [derived].")
-        st.plotly_chart(vv.mirror_law_figure(t_prefix / 1e3, t_suffix / 1e3, t_rv / 1e3, x["gen"]), key=f"{P}law")
+        st.plotly_chart(mirror_sd.mirror_law_figure(t_prefix / 1e3, t_suffix / 1e3, t_rv / 1e3, x["gen"]), key=f"{P}law")
         st.caption("The draft is free while T_gen fits under the suffix Δ (shaded: zero slope in γ); past that only "
                    "the part that sticks out costs. Mirror beats vanilla SD iff T_rv < min(Δ, T_gen).")
 
@@ -136,8 +137,8 @@ token_text = one_token(engine.detokenize)
 
 # --- running ------------------------------------------------------------------------------------
 def draw_live(events: list, drawn: int) -> None:
-    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}live:gantt:{drawn}")
-    grid_area.plotly_chart(vv.hypothesis_grid(events, token_text=token_text), key=f"{P}live:grid:{drawn}")
+    gantt_area.plotly_chart(verdict_gantt.verdict_gantt(events), key=f"{P}live:gantt:{drawn}")
+    grid_area.plotly_chart(mirror_sd.hypothesis_grid(events, token_text=token_text), key=f"{P}live:grid:{drawn}")
 
 
 def stream(plan: dict[str, tuple[str, dict]]) -> dict[str, dict]:
@@ -166,8 +167,8 @@ def show_round(record: dict) -> None:
     st.subheader("One round's bet: the hypothesis grid")
     first = vh.default_round(events, EeMessage)
     chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
-    st.plotly_chart(vv.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
-    overlap = vv.overlap_rate(events)
+    st.plotly_chart(mirror_sd.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
+    overlap = mirror_sd.overlap_rate(events)
     if overlap["omega"] is not None:
         st.caption(f"Ω_κ measured: the target's token was in the early exit's top-{overlap['kappa']} at "
                    f"{overlap['in_top_k']} of {overlap['positions']} verified positions (Ω = {overlap['omega']:.2f}; "
@@ -192,7 +193,7 @@ else:
         st.caption("This run used serial mode: " + record["why"].split(". ")[0] + ".")
     events = record["runs"][record["main"]]["events"]
     metrics = vv.verdict_metrics(events)
-    gantt_area.plotly_chart(vv.verdict_gantt(events), key=f"{P}gantt")
+    gantt_area.plotly_chart(verdict_gantt.verdict_gantt(events), key=f"{P}gantt")
     grid_area.empty()
     vp.show_metrics(record, metrics)
     vp.show_law(record, metrics, P, "vanilla SD")

@@ -37,9 +37,10 @@ from engine_cache import engine_lock, model_picker  # noqa: E402
 from ppsd_helpers import LiveThrottle  # noqa: E402
 from prompt_picker import example_prompts, prompt_picker  # noqa: E402
 
-from specviz import moa_views as mv  # noqa: E402
-from specviz.tokens import legend_html, token_stream_html  # noqa: E402
-from specviz.trees import round_events, tree_figure  # noqa: E402
+from specviz.views import moa_messages
+from specviz.views import moa_runs as mv  # noqa: E402
+from specviz.views.draft_trees import round_events, tree_figure  # noqa: E402
+from specviz.views.tokens import legend_html, token_stream_html  # noqa: E402
 
 P = "moa:"  # widget key prefix
 st.set_page_config(page_title="specviz — MoA", page_icon="🧩", layout="wide")
@@ -107,8 +108,8 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
         x_verify = st.slider("T_verify ms (server)", 1.0, 300.0, 60.0, 1.0, key=f"{P}x:verify")
         x_lsa = st.slider("T_LSA ms (server)", 0.0, 50.0, 3.0, 0.5, key=f"{P}x:lsa")
     with right:
-        st.plotly_chart(mv.message_size_figure(x_a, x_m, x_tli, HIDDEN, KV_WIDTH, x_b), key=f"{P}x:sizes")
-        st.plotly_chart(mv.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
+        st.plotly_chart(moa_messages.message_size_figure(x_a, x_m, x_tli, HIDDEN, KV_WIDTH, x_b), key=f"{P}x:sizes")
+        st.plotly_chart(moa_messages.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
                                              KV_WIDTH, x_b, tau=float(x_a)), key=f"{P}x:cycle")
         st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model). T_cycle = T_draft + RTT + 8(B_up + B_down)/BW + "
                    "T_verify + T_LSA [derived: docs/moa.md]; tokens/s = τ/T_cycle with τ = A here.")
@@ -168,12 +169,12 @@ def show_views(events: list) -> None:
     st.subheader("Where the client's drafting time goes, beside the server's LSA")
     st.plotly_chart(mv.draft_split_figure(events), key=f"{P}split")
     st.subheader("Message sizes: measured against Table 7")
-    sizes = mv.measured_message_sizes(events, HIDDEN, KV_WIDTH)
+    sizes = moa_messages.measured_message_sizes(events, HIDDEN, KV_WIDTH)
     if sizes["up"] is None:
         st.info("No client–server messages: pick a network to split the run into client and server.")
     else:
         tli = sizes["tli"] if sizes["family"].startswith("moa") else 0
-        st.plotly_chart(mv.message_size_figure(max(1, round(sizes["accepted"])), max(1, round(sizes["nodes"])), tli,
+        st.plotly_chart(moa_messages.message_size_figure(max(1, round(sizes["accepted"])), max(1, round(sizes["nodes"])), tli,
                                                HIDDEN, KV_WIDTH, measured={mv.run_name(events): events}),
                         key=f"{P}sizes")
         st.dataframe(pd.DataFrame(mh.message_table(sizes)).set_index("message"), key=f"{P}size_table")

@@ -1,7 +1,7 @@
 """Reading recorded ``specviz bench`` runs back (``data/bench/**``): find them, load them, and tabulate them per
 method and per prompt category, without a model (the dashboard's Results page, notebooks).
 
-A run is a JSON file as :func:`specviz.bench.write_results` writes it: ``{"setup": {...}, "methods": {label:
+A run is a JSON file as :func:`specviz.bench.report.write_results` writes it: ``{"setup": {...}, "methods": {label:
 {category: summary}}}``, where every label has an ``overall`` summary with ``tokens_per_s``. Other JSON files
 in the folder (agreement tables, lane physics, the disconnection sweep) are not bench runs and are skipped.
 Speedups are the recorded ones: against ``ar`` of the same run, a ``clock=virtual`` row against
