@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "data" / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "data" / "bench"  # the project root: specviz/bench/ is two levels down
 DEFAULT_RUN = "bf16/engine-after"  # the 36-prompt run of every method the README's table comes from
 METRICS = {"speedup": "speedup", "tokens_per_s": "tok/s", "tau": "τ", "alpha": "α", "equals_ar": "output = ar"}
 
