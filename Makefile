@@ -94,7 +94,7 @@ bench: install
 # (or a C/C++ compiler) print one line and succeed: the bench then skips those rows, saying so.
 peers: install
 	@if command -v cmake >/dev/null 2>&1; then \
-	  $(PY) -m specviz.llamacpp_peer setup; \
+	  $(PY) -m specviz.bench.llamacpp_peer setup; \
 	else \
 	  echo "peers: skipped, building llama.cpp needs cmake and a C/C++ compiler on PATH (specviz bench skips llamacpp_* rows)"; \
 	fi

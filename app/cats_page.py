@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from engines.core.trace import Event
 from engines.memory_budget import weight_stream
-from specviz.cats_views import (
-    decode_bytes_per_token,
-    is_lossy,
-    memory_caption,
-    shipped_cats_layers,
-)
+from specviz.experiments.cats_sweeps import shipped_cats_layers
+from specviz.views.cats_cycles import decode_bytes_per_token, is_lossy, memory_caption
 
 MB = weight_stream.MB
 ACCEPTANCE_LABELS = {"greedy": "greedy (lossless, temperature 0)", "sample": "sample (lossless)",

@@ -1,8 +1,8 @@
 """The MoA page's logic, kept out of the page so it can be tested without Streamlit.
 
 What the page offers (the shipped drafters, the link profiles), the method and options of a press of Run,
-and the headline numbers. The numbers come from :func:`specviz.moa_views.moa_metrics`; the message sizes
-from :func:`specviz.moa_views.measured_message_sizes` (Table 7 via :func:`engines.network.link.table7_bytes`).
+and the headline numbers. The numbers come from :func:`specviz.views.moa_runs.moa_metrics`; the message sizes
+from :func:`specviz.views.moa_messages.measured_message_sizes` (Table 7 via :func:`engines.network.link.table7_bytes`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from typing import Mapping, Sequence
 from engines.core.trace import Event
 from engines.drafters.trained import available
 from engines.programs.pipeline import stage_count
-from specviz.pipeline import pipeline_metrics
-from specviz.ppsd_views import VIRTUAL, measured_point, run_end, run_start
 from specviz.theory import ppsd_speedup
+from specviz.views.ppsd_pipeline import pipeline_metrics
+from specviz.views.ppsd_runs import VIRTUAL, measured_point, run_end, run_start
 
 HEADS = ("layer", "norm")
 HEAD_LABELS = {"layer": "layer: one transformer layer + norm + LM head", "norm": "norm: RMSNorm + projection + LM head"}

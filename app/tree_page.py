@@ -7,7 +7,7 @@ bottom as a layout, and these pieces can be checked without a Streamlit runtime.
 from __future__ import annotations
 
 from engines.core.trace import Commit, Event
-from specviz.trees import mean_tree_size, round_events
+from specviz.views.draft_trees import mean_tree_size, round_events
 
 MAX_TOTAL_TOKENS = 60  # the engine's MAX_TREE_NODES (validation has the last word)
 

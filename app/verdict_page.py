@@ -3,7 +3,7 @@
 Streamlit-free, so it can be tested without a runtime: what the pages offer (the modes this machine can run,
 the exit layers with a shipped head), the options and the plan of each press of Run, the formula explorers'
 arithmetic, and the headline numbers with the latency law beside the measurement. The numbers themselves come
-from :func:`specviz.verdict_views.verdict_metrics`; the laws from :mod:`specviz.theory`.
+from :func:`specviz.views.verdict_metrics.verdict_metrics`; the laws from :mod:`specviz.theory`.
 With Streamlit (the end of the module): the mode and lane boxes, the live two-lane Gantt beside the page's
 second view, and the stored run's Gantt, metrics row and law table.
 """
@@ -22,13 +22,9 @@ from app.lanes_page import LanePage
 from engines.core.trace import CacheLookup, Event, RunEnd, StageSpan
 from engines.drafters.trained import available
 from engines.lanes import lanes_unavailable
-from specviz import verdict_views as vv
-from specviz.theory import (
-    mirror_speedup_vs_sd,
-    mirror_step_time,
-    ssd_round_time,
-    ssd_speedup_vs_sd,
-)
+from specviz.theory import mirror_speedup_vs_sd, mirror_step_time, ssd_round_time, ssd_speedup_vs_sd
+from specviz.views.verdict_gantt import verdict_gantt
+from specviz.views.verdict_metrics import verdict_metrics
 
 MODES = ("lanes", "serial")
 MODE_LABELS = {"lanes": "lanes: the draft in a worker process on its own core (real overlap)",
@@ -129,7 +125,7 @@ def draft_gen_by_gamma(t_step: float, eta: float, max_gamma: int = 12) -> dict[i
 def mirror_explorer(t_prefix_ms: float, t_suffix_ms: float, t_step_ms: float, eta: float, gamma: int, t_rv_ms: float,
                     ff: float) -> dict:
     """The Mirror explorer's numbers (seconds in, ms out): T_gen(γ), T_SD, T_Mirror (Eq. 10/14), S, and the
-    [derived] E[T_step] with fallbacks; plus ``gen`` (γ → seconds) for :func:`specviz.verdict_views.mirror_law_figure`."""
+    [derived] E[T_step] with fallbacks; plus ``gen`` (γ → seconds) for :func:`specviz.views.mirror_sd.mirror_law_figure`."""
     t_prefix, t_suffix, t_rv = t_prefix_ms / 1e3, t_suffix_ms / 1e3, t_rv_ms / 1e3
     gen = draft_gen_by_gamma(t_step_ms / 1e3, eta, max(12, gamma))
     t_gen = gen[gamma]
@@ -319,7 +315,7 @@ def run(page: LanePage, options: dict, view: Callable[[list], object], view_key:
 
     def draw_live(runs: dict[str, dict], drawn: int) -> None:
         events = runs[page.main]["events"]
-        gantt_area.plotly_chart(vv.verdict_gantt(events), key=page.key(f"live:gantt:{drawn}"))
+        gantt_area.plotly_chart(verdict_gantt(events), key=page.key(f"live:gantt:{drawn}"))
         view_area.plotly_chart(view(events), key=page.key(f"live:{view_key}:{drawn}"))
 
     page.run(run_plan(page.method, options, page.compare), needs_warmup=needs_warmup,
@@ -332,8 +328,8 @@ def show_run(page: LanePage, record: dict, baseline: str) -> None:
     ``baseline``: how the page names sps with the same draft ("vanilla SD", "synchronous SD")."""
     gantt_area, view_area = page.areas
     events = record["runs"][record["main"]]["events"]
-    metrics = vv.verdict_metrics(events)
-    gantt_area.plotly_chart(vv.verdict_gantt(events), key=page.key("gantt"))
+    metrics = verdict_metrics(events)
+    gantt_area.plotly_chart(verdict_gantt(events), key=page.key("gantt"))
     view_area.empty()
     show_metrics(record, metrics)
     show_law(record, metrics, page.prefix, baseline)

@@ -1,5 +1,5 @@
 """Measured CATS and Kangaroo speedups under a memory budget beside the §7.6 time model at the same runs'
-measured τ and stage costs (specviz.cats_views.TimeModel), on the first turn of one prompt per category.
+measured τ and stage costs (specviz.views.cats_costs.TimeModel), on the first turn of one prompt per category.
 
     .venv/bin/python scripts/cats_time_model.py --flash-mb-s 200 --max-new-tokens 48 --out data/bench/bf16/cats-model.json
 """
@@ -16,8 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engines import Engine  # noqa: E402
-from specviz.cats_views import TimeModel, memory_settings, pool, run_costs  # noqa: E402
+from specviz.experiments.cats_sweeps import memory_settings  # noqa: E402
 from specviz.prompts import load_prompts  # noqa: E402
+from specviz.views.cats_costs import TimeModel, pool, run_costs  # noqa: E402
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.bench import pooled_speedups  # noqa: E402
+from specviz.bench.report import pooled_speedups  # noqa: E402
 
 
 def parse(spec: str) -> tuple[dict, set[str] | None, set[str]]:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engines import Engine  # noqa: E402
 from engines.model.step_choice import machine_name  # noqa: E402
 from engines.model.verify_cost import time_forwards  # noqa: E402
-from specviz.sweep import draft_seconds  # noqa: E402
+from specviz.views.chain import draft_seconds  # noqa: E402
 
 DRAFTERS = {"tiny": "sps(draft=tiny)", "eagle": "sps(draft=eagle)", "ss": "sps(draft=ss)",
             "exit@8-norm": "eesd(exit_layer=8,head=norm)", "exit@8-layer": "eesd(exit_layer=8,head=layer)",
@@ -35,7 +35,7 @@ def drafter_ms(engine: Engine, method: str, options: dict, tokens: int) -> float
 
 
 def main() -> int:
-    from specviz.bench import parse_method
+    from specviz.bench.method_specs import parse_method
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default=None)

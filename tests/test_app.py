@@ -20,8 +20,8 @@ from app.run_summary import strip_html
 from engines import METHODS, Engine
 from engines.drafters.registry import SPS
 from engines.drafters.trained import available, drafters_for, exit_head_name
-from specviz import rounds
 from specviz.prompts import load_prompts
+from specviz.views import rounds
 
 APP = Path(__file__).resolve().parents[1] / "app"
 

@@ -21,11 +21,7 @@ from app import url_state as us
 from app.run_summary import strip_html
 from engines import METHODS
 from engines.core.trace import Commit
-from specviz.compare import (
-    cumulative_tokens,
-    cumulative_tokens_figure,
-    speedup_bar_figure,
-)
+from specviz.views.compare import cumulative_tokens, cumulative_tokens_figure, speedup_bar_figure
 from tests.lane_processes import lane_workers
 
 APP = Path(__file__).resolve().parents[1] / "app"

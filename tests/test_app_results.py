@@ -10,8 +10,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engines import Engine
-from specviz import bench_results as br
-from specviz.bench import write_results
+from specviz.bench import recorded_runs as br
+from specviz.bench.report import write_results
 
 PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "results.py"
 
@@ -100,7 +100,7 @@ def test_only_bench_runs_are_listed():
 
 
 def test_reader_reads_what_the_bench_writes(tmp_path):
-    """A run written by ``specviz.bench.write_results`` (a virtual-clock row included) reads back."""
+    """A run written by ``specviz.bench.report.write_results`` (a virtual-clock row included) reads back."""
     summary = {"tokens_per_s": 50.0, "speedup": 1.0, "tau": 1.0, "alpha": 0.0, "equals_ar": 1.0, "draft_cost": None,
                "new_tokens": 100, "decode_seconds": 2.0, "turns": 2, "clock": "wall"}
     virtual = {**summary, "tokens_per_s": 80.0, "speedup": 2.0, "tau": 1.6, "alpha": 0.4, "clock": "virtual"}

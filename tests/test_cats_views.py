@@ -1,4 +1,4 @@
-"""specviz.cats_views: CATS's views from hand-made events, the sweeps' bookkeeping with a fake engine, then
+"""specviz.views.cats_cycles: CATS's views from hand-made events, the sweeps' bookkeeping with a fake engine, then
 one short budgeted run of the real model (fp32).
 
 The synthetic run below is small enough to check by hand: two streamed layers (2 and 3, 1 MB each, so 2 MB
@@ -27,9 +27,11 @@ from engines.core.trace import (
     Verification,
 )
 from engines.engine import RunResult
-from specviz import cats_views as cv
+from specviz.experiments import cats_sweeps
 from specviz.theory import cats_cycle_seconds, cats_speedup, streamed_pass_seconds
-from specviz.trees import CORRECTION_LABEL, CORRECTION_SYMBOL, tree_figure
+from specviz.views import cats_costs, cats_sweep_figures
+from specviz.views import cats_cycles as cv
+from specviz.views.draft_trees import CORRECTION_LABEL, CORRECTION_SYMBOL, tree_figure
 
 MB = 1_000_000
 TOKENS = {10: " The", 11: " sky", 12: " is", 21: " sea", 40: " blue", 41: " red", 5: "x"}
@@ -226,7 +228,7 @@ def test_lossy_runs_say_so_everywhere():
 
 # --- costs and the time model -----------------------------------------------------------------------
 def test_run_costs_by_hand():
-    costs = cv.run_costs(cats_events())
+    costs = cats_costs.run_costs(cats_events())
     assert (costs.rounds, costs.tokens, costs.draft_steps, costs.deep_passes) == (2, 5, 6, 2)
     assert costs.tau == 2.5 and costs.gamma == 3 and costs.draft_step == pytest.approx(0.01)
     assert costs.sv_per_cycle == pytest.approx(0.01) and costs.reforward_per_cycle == pytest.approx(0.01)
@@ -234,14 +236,14 @@ def test_run_costs_by_hand():
     assert costs.deep_bytes_per_pass == 2 * MB, "bytes streamed ÷ target calls, from the stats"
     assert costs.deep_pass_bytes == 4 * MB and costs.read_mb_s == pytest.approx(50.0)
     assert costs.other_per_cycle == pytest.approx(0.1 - 0.03 - 0.01 - 0.01 - 0.045)
-    assert cv.RunCosts.from_dict(json.loads(json.dumps(costs.to_dict()))) == costs
+    assert cats_costs.RunCosts.from_dict(json.loads(json.dumps(costs.to_dict()))) == costs
     pooled = costs + costs
     assert pooled.tau == costs.tau and pooled.rounds == 4
 
 
 def test_time_model_is_theory_at_the_measured_costs():
-    cats, ar = cv.run_costs(cats_events()), cv.run_costs(ar_events())
-    model = cv.TimeModel.from_costs(cats, ar)
+    cats, ar = cats_costs.run_costs(cats_events()), cats_costs.run_costs(ar_events())
+    model = cats_costs.TimeModel.from_costs(cats, ar)
     expected = cats_cycle_seconds(3, 0.01, 0.01, 0.01, 2 * MB, 100 * MB, 0.01) + cats.other_per_cycle
     assert model.cycle_seconds(100) == pytest.approx(expected)
     assert model.ar_token_seconds(100) == pytest.approx(0.015 + streamed_pass_seconds(2 * MB, 100 * MB, 0.01))
@@ -251,22 +253,22 @@ def test_time_model_is_theory_at_the_measured_costs():
     assert model.speedup(1) == pytest.approx(2.5, rel=0.05), "at a crawl only the bytes per token matter"
     assert model.cycle_seconds(100) <= cats.cycle_seconds + 1e-12, "max(io, compute) never exceeds the pass's wall"
     with pytest.raises(ValueError, match="memory-budget runs"):
-        cv.TimeModel.from_costs(cv.RunCosts(rounds=1, tokens=1), ar)
+        cats_costs.TimeModel.from_costs(cats_costs.RunCosts(rounds=1, tokens=1), ar)
 
 
 def test_layer_time_model_for_the_sliders():
-    model = cv.layer_time_model([10 * MB] * 30, sv_layer=15, tau=2.0, gamma=5, dm_layer=3, layer_seconds=0.001,
+    model = cats_costs.layer_time_model([10 * MB] * 30, sv_layer=15, tau=2.0, gamma=5, dm_layer=3, layer_seconds=0.001,
                                 head_seconds=0.002)
     assert model.deep_bytes == 150 * MB and model.deep_compute == pytest.approx(0.015)
     assert model.draft_step == pytest.approx(0.005) and model.shallow_verify == pytest.approx(0.014)
     assert model.reforward == pytest.approx(0.015) and model.ar_other == pytest.approx(0.017)
-    more_resident = cv.layer_time_model([10 * MB] * 30, sv_layer=20, tau=2.0, gamma=5)
+    more_resident = cats_costs.layer_time_model([10 * MB] * 30, sv_layer=20, tau=2.0, gamma=5)
     assert more_resident.bytes_per_token < model.bytes_per_token, "a larger budget streams less per token"
     with pytest.raises(ValueError, match="dm_layer"):
-        cv.layer_time_model([MB] * 30, sv_layer=3, tau=2.0, gamma=5, dm_layer=3)
-    readout = cv.cats_theory_readout(model, 1000)
+        cats_costs.layer_time_model([MB] * 30, sv_layer=3, tau=2.0, gamma=5, dm_layer=3)
+    readout = cats_sweep_figures.cats_theory_readout(model, 1000)
     assert "150.0 MB" in readout and "75.0 MB" in readout and f"{model.speedup(1000):.2f}×" in readout
-    fig = cv.cats_theory_figure(model, 1000)
+    fig = cats_sweep_figures.cats_theory_figure(model, 1000)
     assert fig.data[1].x == (1000,) and {t.name for t in fig.data if t.type == "bar"} >= {"draft", "sv", "other"}
 
 
@@ -285,15 +287,15 @@ class FakeEngine:
 
 @pytest.fixture
 def fake(monkeypatch):
-    monkeypatch.setattr(cv, "memory_settings", lambda engine, layers, rate, stream="deep":
+    monkeypatch.setattr(cats_sweeps, "memory_settings", lambda engine, layers, rate, stream="deep":
                         {"memory_budget_mb": 100.0 + layers, "flash_mb_s": rate, "stream": stream})
-    monkeypatch.setattr(cv, "shipped_cats_layers", lambda role=None: {"draft": [3], "shallow_verifier": [10, 15]}[role])
+    monkeypatch.setattr(cats_sweeps, "shipped_cats_layers", lambda role=None: {"draft": [3], "shallow_verifier": [10, 15]}[role])
     return FakeEngine()
 
 
 def test_cats_sweep_skips_missing_adapters_and_shares_baselines(fake):
     ticks = []
-    sweep = cv.cats_sweep(fake, "p", sv_layers=(2, 5, 10, 15), gammas=(3, 5), max_new_tokens=8, flash_mb_s=500,
+    sweep = cats_sweeps.cats_sweep(fake, "p", sv_layers=(2, 5, 10, 15), gammas=(3, 5), max_new_tokens=8, flash_mb_s=500,
                           progress=lambda i, n: ticks.append((i, n)))
     assert [s["sv_layer"] for s in sweep["skipped"]] == [2, 5]
     assert "not above the draft layer" in sweep["skipped"][0]["reason"]
@@ -310,46 +312,46 @@ def test_cats_sweep_skips_missing_adapters_and_shares_baselines(fake):
     ar_speed = ar_events()[-1].stats["tokens_per_s"]
     assert point["speedup"] == pytest.approx(cats_events()[-1].stats["tokens_per_s"] / ar_speed)
     assert point["bpt"] == pytest.approx(0.8 * MB) and point["ar_bpt"] == pytest.approx(2 * MB)
-    fig = cv.sweep_figure(sweep, "sv_layer")
+    fig = cats_sweep_figures.sweep_figure(sweep, "sv_layer")
     assert {t.name for t in fig.data} == {"cats", "ar"} and "L_SV = 5 skipped" in fig.layout.title.text
     assert list(next(t for t in fig.data if t.name == "cats" and t.xaxis == "x").y) == pytest.approx([0.8, 0.8])
-    assert len(cv.sweep_figure(sweep, "gamma").data) == 3
+    assert len(cats_sweep_figures.sweep_figure(sweep, "gamma").data) == 3
     with pytest.raises(ValueError, match="along"):
-        cv.sweep_figure(sweep, "depth")
+        cats_sweep_figures.sweep_figure(sweep, "depth")
 
 
 def test_cats_sweep_with_kangaroo_and_without_verifiers(fake, monkeypatch):
-    sweep = cv.cats_sweep(fake, "p", sv_layers=(15,), gammas=(5,), kangaroo=True)
+    sweep = cats_sweeps.cats_sweep(fake, "p", sv_layers=(15,), gammas=(5,), kangaroo=True)
     assert [m for m, _ in fake.calls] == ["ar", "cats", "eesd"]
     assert fake.calls[2][1]["exit_layer"] == 3 and fake.calls[2][1]["head"] == "cats"
     assert sweep["sv_points"][0]["kangaroo_speedup"] > 0
-    assert cv.KANGAROO in {t.name for t in cv.sweep_figure(sweep).data}
-    monkeypatch.setattr(cv, "shipped_cats_layers", lambda role=None: [3] if role == "draft" else [])
-    empty = cv.cats_sweep(FakeEngine(), "p", sv_layers=(15,), gammas=(5,))
+    assert cats_sweeps.KANGAROO in {t.name for t in cats_sweep_figures.sweep_figure(sweep).data}
+    monkeypatch.setattr(cats_sweeps, "shipped_cats_layers", lambda role=None: [3] if role == "draft" else [])
+    empty = cats_sweeps.cats_sweep(FakeEngine(), "p", sv_layers=(15,), gammas=(5,))
     assert not empty["sv_points"] and not empty["gamma_points"]
     assert any("γ̄ sweep skipped" in note for note in empty["notes"])
-    cv.sweep_figure(empty)  # draws, saying nothing was measured
-    monkeypatch.setattr(cv, "shipped_cats_layers", lambda role=None: [])
+    cats_sweep_figures.sweep_figure(empty)  # draws, saying nothing was measured
+    monkeypatch.setattr(cats_sweeps, "shipped_cats_layers", lambda role=None: [])
     with pytest.raises(ValueError, match="no shipped CATS draft adapter cats@3"):
-        cv.cats_sweep(FakeEngine(), "p")
+        cats_sweeps.cats_sweep(FakeEngine(), "p")
 
 
 def test_bandwidth_sweep_and_figure(fake):
-    sweep = cv.bandwidth_sweep(fake, "p", (100, 400), max_new_tokens=8)
+    sweep = cats_sweeps.bandwidth_sweep(fake, "p", (100, 400), max_new_tokens=8)
     assert [(p["method"], p["flash_mb_s"]) for p in sweep["points"]] == [
         ("ar", 100), ("kangaroo", 100), ("cats", 100), ("ar", 400), ("kangaroo", 400), ("cats", 400)]
     assert [o["flash_mb_s"] for _, o in fake.calls] == [100] * 3 + [400] * 3
     assert sweep["points"][0]["speedup"] == 1.0
-    models = cv.sweep_models(sweep)
+    models = cats_costs.sweep_models(sweep)
     assert set(models) == {"kangaroo", "cats"} and models["cats"].tau == 2.5
-    fig = cv.bandwidth_figure(sweep)
+    fig = cats_sweep_figures.bandwidth_figure(sweep)
     names = {t.name for t in fig.data}
     assert "cats: measured" in names and any(n.startswith("cats: time model (τ = 2.50)") for n in names)
     line = next(t for t in fig.data if t.name.startswith("cats: time model"))
     assert line.y[0] == pytest.approx(models["cats"].speedup(50.0))
     assert fig.layout.xaxis.type == "log"
     with pytest.raises(ValueError, match="bandwidths"):
-        cv.bandwidth_sweep(fake, "p", (0,))
+        cats_sweeps.bandwidth_sweep(fake, "p", (0,))
 
 
 def test_shipped_cats_layers_reads_roles(tmp_path, monkeypatch):
@@ -359,22 +361,22 @@ def test_shipped_cats_layers_reads_roles(tmp_path, monkeypatch):
         card = {"name": name} | ({"cats_role": role} if role else {})
         (tmp_path / name / "card.json").write_text(json.dumps(card))
     (tmp_path / "cats@20").mkdir()  # being written: no card yet
-    assert cv.shipped_cats_layers() == [3, 7, 10]
-    assert cv.shipped_cats_layers("draft") == [3, 7]
-    assert cv.shipped_cats_layers("shallow_verifier") == [7, 10]
+    assert cats_sweeps.shipped_cats_layers() == [3, 7, 10]
+    assert cats_sweeps.shipped_cats_layers("draft") == [3, 7]
+    assert cats_sweeps.shipped_cats_layers("shallow_verifier") == [7, 10]
 
 
 # --- the real model -----------------------------------------------------------------------------------
 def test_real_budgeted_cats_run(real_engine):
     """One short cats run with layers 1..15 resident at a fast bandwidth: every view draws, the costs add
     up to the run's own statistics, and the time model never exceeds what the cycles took."""
-    settings = cv.memory_settings(real_engine, 15, 4000.0)
+    settings = cats_sweeps.memory_settings(real_engine, 15, 4000.0)
     run = real_engine.run("List three primary colours.", "cats", max_new_tokens=12, **settings)
     events, stats = run.events, run.stats
     assert stats.bytes_streamed > 0 and events[0].memory["resident_layers"] == 15
     cycles = cv.cats_cycles(events)
     assert len(cycles) == stats.rounds > 1
-    costs = cv.run_costs(events)
+    costs = cats_costs.run_costs(events)
     assert costs.rounds == stats.rounds and costs.tokens == stats.new_tokens - 1
     assert costs.deep_passes == stats.rounds and costs.gamma == 5
     assert costs.deep_bytes_per_pass == stats.bytes_streamed / stats.target_calls
@@ -393,8 +395,8 @@ def test_real_budgeted_cats_run(real_engine):
         assert len(cv.gantt_figure(events, [round_]).data) == 6  # 4 stages, reads, chunk computes
     ar = real_engine.run("List three primary colours.", "ar", max_new_tokens=12, **settings)
     assert ar.token_ids == run.token_ids, "greedy cats writes what ar writes (fp32), budget or not"
-    model = cv.TimeModel.from_runs([events], [ar.events])
+    model = cats_costs.TimeModel.from_runs([events], [ar.events])
     assert 0 < model.cycle_seconds(4000.0) <= costs.cycle_seconds + 1e-9
-    assert 0 < model.ar_token_seconds(4000.0) <= cv.run_costs(ar.events).cycle_seconds + 1e-9
-    rows = cv.costs_rows({"ar": ar.events, "cats": events})
+    assert 0 < model.ar_token_seconds(4000.0) <= cats_costs.run_costs(ar.events).cycle_seconds + 1e-9
+    rows = cats_costs.costs_rows({"ar": ar.events, "cats": events})
     assert rows[1]["γ̄"] == 5 and rows[1]["BPT MB"] < rows[0]["BPT MB"] * 1.01

@@ -11,15 +11,10 @@ import pytest
 from engines.core.stats import compute_stats
 from engines.core.trace import Commit
 from engines.training.data import held_out
-from specviz.bench import (
-    Tally,
-    parse_method,
-    pooled_speedups,
-    project_relative,
-    run_bench,
-    split_methods,
-    to_markdown,
-)
+from specviz.bench.method_specs import parse_method, split_methods
+from specviz.bench.report import pooled_speedups, to_markdown
+from specviz.bench.runner import project_relative, run_bench
+from specviz.bench.tallies import Tally
 from specviz.prompts import DEFAULT_PROMPTS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}

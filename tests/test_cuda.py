@@ -12,7 +12,7 @@ from engines import Engine
 from engines.drafters.trained import available, load_trained
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
-from specviz.drafter_cards import drafter_run_options
+from specviz.experiments.drafter_cards import drafter_run_options
 from tests.conftest import tiny_llama, write_answer_corpus
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

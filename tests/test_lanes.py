@@ -29,8 +29,8 @@ from engines.lanes import (
     run_serial,
 )
 from engines.lanes.runtime import PROJECT_ROOT
-from specviz.pipeline import gantt_rows, pipeline_metrics
 from specviz.theory import ppsd_gain, ppsd_speedup
+from specviz.views.ppsd_pipeline import gantt_rows, pipeline_metrics
 from tests.conftest import tiny_llama
 from tests.lane_processes import lane_workers
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import ipywidgets as W
 
-from specviz import widgets
+from specviz.widgets import run_explorers
 
 
 def test_a_live_run_ends_with_its_tokens_drawn_round_by_round(real_engine, monkeypatch):
     shown = []  # outside a kernel an Output widget captures nothing: record what it is given
-    monkeypatch.setattr(widgets, "display", shown.append)
-    explorer = widgets.live_run_explorer(real_engine, "Name three colours.", method="pld", max_new_tokens=8)
+    monkeypatch.setattr(run_explorers, "display", shown.append)
+    explorer = run_explorers.live_run_explorer(real_engine, "Name three colours.", method="pld", max_new_tokens=8)
     stream, status, plot = explorer.children[-3:]
     assert "tokens/s" in stream.value and "identical to ar" in status.value
     assert isinstance(plot, W.Output)

@@ -8,10 +8,13 @@ import json
 
 import pytest
 
-from specviz import bench, llamacpp_peer
-from specviz import bench_results as br
-from specviz.bench import parse_method, run_bench, split_methods, to_markdown
-from specviz.llamacpp_peer import PEER_METHODS, PeerUnavailable
+from specviz.bench import llamacpp_peer
+from specviz.bench import recorded_runs as br
+from specviz.bench import runner as bench
+from specviz.bench.llamacpp_peer import PEER_METHODS, PeerUnavailable
+from specviz.bench.method_specs import parse_method, split_methods
+from specviz.bench.report import to_markdown
+from specviz.bench.runner import run_bench
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""specviz.moa_views, the MoA formulas of specviz.theory and the message-size explorer, on real runs of a tiny
+"""specviz.views.moa_runs, the MoA formulas of specviz.theory and the message-size explorer, on real runs of a tiny
 random target with random MoA drafters (saved and reloaded as shipped drafters, as in test_moa.py).
 
 Every figure is built from the events of a real run; the numbers are checked against the events themselves
@@ -19,12 +19,13 @@ from engines.core.trace import Commit, DraftStep, LinkSend, Lsa, StageSpan, Veri
 from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.trained import save_trained
 from engines.network.link import PROFILES, table7_bytes
-from specviz import moa_views as mv
 from specviz.theory import (
     moa_break_even_tli,
     moa_cycle_seconds,
     server_calls_per_answer,
 )
+from specviz.views import moa_bench_results, moa_messages
+from specviz.views import moa_runs as mv
 from tests.conftest import tiny_llama
 
 PROMPT = [4, 4, 5, 6, 7]
@@ -183,7 +184,7 @@ def test_single_device_run_has_no_link_row_content(runs):
 def test_every_message_is_table_7_plus_header_and_scales(runs, name, kind, tli):
     events = runs[name].events
     assert mv.family(events) == kind and mv.run_tli(events) == tli
-    rows = mv.message_rows(events, hidden=HIDDEN, kv_width=KV_WIDTH)
+    rows = moa_messages.message_rows(events, hidden=HIDDEN, kv_width=KV_WIDTH)
     assert {r["direction"] for r in rows} == {"up", "down"}
     for row in rows:
         assert row["bytes"] == row["predicted"], row
@@ -197,24 +198,24 @@ def test_every_message_is_table_7_plus_header_and_scales(runs, name, kind, tli):
     assert down["bytes"] == 4 + 3 * a + a * (width + 2)
     if kind == "moa":
         assert down["table7"] == table7_bytes("moa", accepted=a, hidden=HIDDEN, kv_width=KV_WIDTH, tli=tli)["down"]
-    sizes = mv.measured_message_sizes(events, hidden=HIDDEN, kv_width=KV_WIDTH)
+    sizes = moa_messages.measured_message_sizes(events, hidden=HIDDEN, kv_width=KV_WIDTH)
     assert sizes["up"] == pytest.approx(sizes["predicted_up"]) and sizes["down"] == pytest.approx(sizes["predicted_down"])
     prompt = [e for e in of(events, LinkSend) if e.round == 0]
     assert sizes["prompt_bytes"] == prompt[0].bytes and "gzip" in prompt[0].content
 
 
 def test_message_size_figure_is_table_7_with_measured_runs_overlaid(runs):
-    fig = mv.message_size_figure(accepted=3, nodes=10, tli=1, hidden=HIDDEN, kv_width=KV_WIDTH,
+    fig = moa_messages.message_size_figure(accepted=3, nodes=10, tli=1, hidden=HIDDEN, kv_width=KV_WIDTH,
                                  measured={"tli1": runs["tli1-4g"].events})
     bars = {t.name: t for t in fig.data if isinstance(t, go.Bar)}
     up, down = bars["Table 7 up: client → server (4M)"], bars["Table 7 down: server → client"]
     assert list(up.y) == [40, 40, 40]
     assert list(down.y) == [3 * 3 + 2 * 3 * KV_WIDTH * 2, 3 * 3 + 3 * HIDDEN, 9]
     marks = [t for t in fig.data if isinstance(t, go.Scatter)]
-    sizes = mv.measured_message_sizes(runs["tli1-4g"].events, HIDDEN, KV_WIDTH)
+    sizes = moa_messages.measured_message_sizes(runs["tli1-4g"].events, HIDDEN, KV_WIDTH)
     assert sorted(t.y[0] for t in marks) == sorted([sizes["up"], sizes["down"]])
     assert "LOSSY" not in titles(fig)
-    lossy = mv.message_size_figure(hidden=HIDDEN, kv_width=KV_WIDTH, measured={"B=4": runs["lossy"].events})
+    lossy = moa_messages.message_size_figure(hidden=HIDDEN, kv_width=KV_WIDTH, measured={"B=4": runs["lossy"].events})
     assert "LOSSY" in titles(lossy)
 
 
@@ -225,7 +226,7 @@ def test_a_lossy_run_says_so_in_every_title(runs):
         assert "LOSSY" in titles(fig)
     alone = [b for b in mv.gantt_bars(events) if b["kind"] == "alone"]
     assert alone and all(b["row"] == "client" for b in alone)
-    assert "LOSSY" in titles(mv.disconnection_curve(mv.disconnection_points([1, 2], {1: [1, 3]})))
+    assert "LOSSY" in titles(moa_bench_results.disconnection_curve(moa_bench_results.disconnection_points([1, 2], {1: [1, 3]})))
 
 
 def test_figures_build_on_a_partial_run(runs):
@@ -247,27 +248,27 @@ def test_showcase_round_has_the_longest_accepted_path(runs):
 # --- disconnection ----------------------------------------------------------------------------------------
 def test_disconnection_points_by_hand():
     connected = [1, 2, 3, 4, 5, 6, 7, 8]
-    points = mv.disconnection_points(connected, {math.inf: connected, 1: [1, 9, 3, 4, 5, 6, 7, 8],
+    points = moa_bench_results.disconnection_points(connected, {math.inf: connected, 1: [1, 9, 3, 4, 5, 6, 7, 8],
                                                  10: [1, 2, 3, 4, 5, 6, 0, 0], "inf": connected})
     by = {p["label"]: p for p in points}
     assert [p["label"] for p in points][:2] == ["1", "10"]
     assert by["1"]["first_divergence"] == 1 and by["1"]["equal_fraction"] == pytest.approx(7 / 8)
     assert by["10"]["first_divergence"] == 6 and by["10"]["equal_fraction"] == pytest.approx(6 / 8)
     assert by["∞"]["first_divergence"] == 8 and by["∞"]["equal_fraction"] == 1.0
-    short = mv.disconnection_points(connected, {5: [1, 2, 3]})[0]
+    short = moa_bench_results.disconnection_points(connected, {5: [1, 2, 3]})[0]
     assert short["first_divergence"] == 3 and short["equal_fraction"] == pytest.approx(3 / 8)
 
 
 def test_disconnection_points_from_runs_know_where_the_client_took_over(runs):
     connected, lossy = runs["connected-local"], runs["lossy"]
-    point = mv.disconnection_points(connected.events, {4: lossy.events, None: connected.token_ids})[0]
+    point = moa_bench_results.disconnection_points(connected.events, {4: lossy.events, None: connected.token_ids})[0]
     fates = [f for c in of(lossy.events, Commit) for f in c.fates]
     assert point["switch"] == fates.index("client") >= 4
     first = next((i for i, (a, b) in enumerate(zip(connected.token_ids, lossy.token_ids)) if a != b),
                  len(lossy.token_ids))
     assert point["first_divergence"] == first and point["first_divergence"] >= point["switch"]
     assert point["kept_after_switch"] == first - point["switch"]
-    fig = mv.disconnection_curve({"moa-tli1": mv.disconnection_points(connected.token_ids,
+    fig = moa_bench_results.disconnection_curve({"moa-tli1": moa_bench_results.disconnection_points(connected.token_ids,
                                                                         {4: lossy.events, "inf": connected.token_ids})})
     bars = [t for t in fig.data if isinstance(t, go.Bar)]
     assert list(bars[0].x) == ["B=4", "B=∞"] and list(bars[0].y) == [first, N_TOKENS]
@@ -277,10 +278,10 @@ def test_disconnection_results_json():
     results = {"methods": {"moa(network=local)": {"1": {"kept_after_b": 2.5, "equal_share": 0.4, "prompts": []},
                                                   "10": {"kept_after_b": 7.0, "equal_share": 0.8, "prompts": []},
                                                   "inf": {"kept_after_b": None, "equal_share": 1.0, "prompts": []}}}}
-    points = mv.disconnection_points_from_results(results)["moa(network=local)"]
+    points = moa_bench_results.disconnection_points_from_results(results)["moa(network=local)"]
     assert [p["label"] for p in points] == ["1", "10", "∞"]
     assert [p["equal_fraction"] for p in points] == [0.4, 0.8, 1.0]
-    fig = mv.disconnection_curve(mv.disconnection_points_from_results(results))
+    fig = moa_bench_results.disconnection_curve(moa_bench_results.disconnection_points_from_results(results))
     assert list(fig.data[0].y) == [2.5, 7.0, None] and "LOSSY" in titles(fig)
 
 
@@ -295,26 +296,26 @@ BENCH = {"setup": {}, "methods": {
 
 
 def test_short_labels():
-    assert mv.short_label("moa(tli=1)") == "moa-tli1"
-    assert mv.short_label("moa(tli=1, network=4g)") == "moa-tli1"
-    assert mv.short_label("moa(drafter=moa-tli0-nolsa)") == "−LSA (moa-tli0-nolsa)"
-    assert mv.short_label("moa(tli=0,lsa=false)") == "−LSA (moa-tli0-nolsa)"
-    assert mv.short_label("eagle(draft=eagle-matched, network=5g)") == "eagle-matched"
-    assert mv.short_label("eagle(draft=tiny,network=5g)") == "tiny"
-    assert mv.short_label("eagle") == "eagle" and mv.short_label("moa") == "moa-tli0"
-    assert mv.short_label("moa(network=local, disconnect_after=10)") == "moa-tli0 B=10"
-    assert mv.label_profile("moa(tli=1, network=4g)") == "4g" and mv.label_profile("eagle") == "none"
+    assert moa_bench_results.short_label("moa(tli=1)") == "moa-tli1"
+    assert moa_bench_results.short_label("moa(tli=1, network=4g)") == "moa-tli1"
+    assert moa_bench_results.short_label("moa(drafter=moa-tli0-nolsa)") == "−LSA (moa-tli0-nolsa)"
+    assert moa_bench_results.short_label("moa(tli=0,lsa=false)") == "−LSA (moa-tli0-nolsa)"
+    assert moa_bench_results.short_label("eagle(draft=eagle-matched, network=5g)") == "eagle-matched"
+    assert moa_bench_results.short_label("eagle(draft=tiny,network=5g)") == "tiny"
+    assert moa_bench_results.short_label("eagle") == "eagle" and moa_bench_results.short_label("moa") == "moa-tli0"
+    assert moa_bench_results.short_label("moa(network=local, disconnect_after=10)") == "moa-tli0 B=10"
+    assert moa_bench_results.label_profile("moa(tli=1, network=4g)") == "4g" and moa_bench_results.label_profile("eagle") == "none"
 
 
 def test_tau_by_drafter_figure():
-    fig = mv.tau_by_drafter_figure(BENCH["methods"])
+    fig = moa_bench_results.tau_by_drafter_figure(BENCH["methods"])
     bars = fig.data[0]
     assert list(bars.x) == ["eagle", "eagle-matched", "moa-tli0", "moa-tli3", "−LSA (moa-tli0-nolsa)"]
     assert list(bars.y) == [2.1, 2.3, 2.6, 3.0, 2.4]
     assert list(fig.data[1].y) == [1.10, 1.15, 1.20, 1.05, 1.12]
-    plain = mv.tau_by_drafter_figure({"moa(tli=1)": {"tau": 2.0, "speedup": None}})
+    plain = moa_bench_results.tau_by_drafter_figure({"moa(tli=1)": {"tau": 2.0, "speedup": None}})
     assert list(plain.data[0].y) == [2.0] and "LOSSY" not in titles(plain)
-    assert "LOSSY" in titles(mv.tau_by_drafter_figure({"moa(network=local,disconnect_after=10)": {"tau": 2.0}}))
+    assert "LOSSY" in titles(moa_bench_results.tau_by_drafter_figure({"moa(network=local,disconnect_after=10)": {"tau": 2.0}}))
 
 
 def test_network_figure_from_results_per_profile():
@@ -325,14 +326,14 @@ def test_network_figure_from_results_per_profile():
                             f"eagle(draft=tiny, network={profile})": {"overall": {
                                 "tau": 2.0, "tokens_per_s": 5.0 * calls, "link": {"server_calls_per_answer": calls + 1}}}}}
 
-    fig = mv.network_figure({"5g": results("5g", 20), "4g": results("4g", 30)})
-    rows = mv.network_rows({"5g": results("5g", 20), "4g": results("4g", 30)})
+    fig = moa_bench_results.network_figure({"5g": results("5g", 20), "4g": results("4g", 30)})
+    rows = moa_bench_results.network_rows({"5g": results("5g", 20), "4g": results("4g", 30)})
     assert {(r["profile"], r["drafter"], r["server_calls"]) for r in rows} == {
         ("5g", "moa-tli0", 20), ("5g", "tiny", 21), ("4g", "moa-tli0", 30), ("4g", "tiny", 31)}
     calls = [t for t in fig.data if t.xaxis == "x2"]
     assert {t.name: list(t.y) for t in calls} == {"moa-tli0": [20, 30], "tiny": [21, 31]}
     merged = {"methods": {**results("5g", 20)["methods"], **results("4g", 30)["methods"]}}
-    assert {r["profile"] for r in mv.network_rows(merged)} == {"5g", "4g"}
+    assert {r["profile"] for r in moa_bench_results.network_rows(merged)} == {"5g", "4g"}
     assert "simulated" in titles(fig)
 
 
@@ -373,17 +374,17 @@ def test_break_even_tli_and_cycle_rows():
     assert moa_break_even_tli(4096, 1024) == 2  # Llama3-8B: 2048, 4096 (equal), 6144
     with pytest.raises(ValueError):
         moa_break_even_tli(0, 192)
-    rows = mv.cycle_time_rows(0.01, 0.03, 0.002, accepted=4, nodes=16)
+    rows = moa_messages.cycle_time_rows(0.01, 0.03, 0.002, accepted=4, nodes=16)
     four_g = next(r for r in rows if r["profile"] == "4g" and r["drafter"] == "moa")
     down = table7_bytes("moa", accepted=4)["down"]
     assert four_g["transfer"] == pytest.approx(8 * (64 + down) / PROFILES["4g"].bandwidth_bps)
     assert four_g["rtt"] == pytest.approx(2 * (PROFILES["4g"].base_delay_s + PROFILES["4g"].jitter_mean_s))
     assert next(r for r in rows if r["drafter"] == "eagle")["lsa"] == 0.0
-    assert isinstance(mv.cycle_time_figure(0.01, 0.03, 0.002, 4, 16, tau=3.0), go.Figure)
+    assert isinstance(moa_messages.cycle_time_figure(0.01, 0.03, 0.002, 4, 16, tau=3.0), go.Figure)
 
 
 def test_message_size_explorer_builds_and_reads_out():
-    from specviz.widgets import message_size_explorer, message_size_readout
+    from specviz.widgets.theory_explorers import message_size_explorer, message_size_readout
 
     box = message_size_explorer()
     assert box.children

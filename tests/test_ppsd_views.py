@@ -1,4 +1,4 @@
-"""specviz.ppsd_views: PPSD's figures from real runs of a tiny random model, and the paper's formulas.
+"""specviz.views.ppsd_runs: PPSD's figures from real runs of a tiny random model, and the paper's formulas.
 
 The runs are real ``ppsd`` runs (head "none": the model's own norm and LM head at layer 2 of 4, so S = 2
 stages) in ``serial`` mode, which needs no worker process, and in ``virtual`` mode for the clock label.
@@ -16,9 +16,10 @@ import torch
 from engines import Engine
 from engines.core.trace import Check, Prefill, RunStart, StageCompute, StageSpan
 from engines.lanes import MessageCost
-from specviz import ppsd_views as pv
-from specviz.pipeline import gantt_rows, text_strip
 from specviz.theory import eesd_speedup, ppsd_gain, ppsd_speedup
+from specviz.views import ppsd_runs as pv
+from specviz.views import ppsd_theory
+from specviz.views.ppsd_pipeline import gantt_rows, text_strip
 from tests.conftest import tiny_llama
 
 PROMPT = [3, 14, 15, 9, 26, 5, 35]
@@ -191,13 +192,13 @@ def test_text_strip_html_styles_and_escapes():
 # --- the formulas -----------------------------------------------------------------------------------
 def test_gain_heatmap_draws_eq7_and_its_alpha_one_value():
     n, gamma = 30, 5
-    alphas, exits, grid = pv.gain_grid(n, gamma)
+    alphas, exits, grid = ppsd_theory.gain_grid(n, gamma)
     assert alphas[-1] == 1.0 and exits == list(range(1, n))
     for e, row in zip(exits, grid):
         assert row[-1] == pytest.approx((gamma + n / e) / (gamma + 1)), "λ(α = 1) = (γ + N/E)/(γ + 1)"
         assert row[-1] != pytest.approx(gamma + n / e), "not the paper's stated γ + N/E"
         assert row[10] == pytest.approx(ppsd_gain(alphas[10], gamma, e, n))
-    fig = pv.gain_heatmap_figure(n, gamma)
+    fig = ppsd_theory.gain_heatmap_figure(n, gamma)
     heat = fig.data[0]
     assert heat.type == "heatmap" and [list(r) for r in heat.z] == grid
     formula, claim = fig.data[1], fig.data[2]
@@ -211,9 +212,9 @@ def test_speedup_surface_lines_and_measured_markers():
     points = [{"alpha": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
               {"alpha": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
               {"alpha": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
-    fig = pv.speedup_surface_figure(30, 5, points)
+    fig = ppsd_theory.speedup_surface_figure(30, 5, points)
     lines = [t for t in fig.data if t.mode == "lines"]
-    assert len(lines) == 2 * len(pv.SHIPPED_EXITS)
+    assert len(lines) == 2 * len(ppsd_theory.SHIPPED_EXITS)
     e15 = [t for t in lines if t.name == "E = 15 (S = 2)"]
     assert e15[0].y[60] == pytest.approx(ppsd_speedup(0.6, 15, 30)) and e15[0].xaxis == "x"
     assert e15[1].y[60] == pytest.approx(eesd_speedup(0.6, 5, 15, 30)) and e15[1].xaxis == "x2"
@@ -228,7 +229,7 @@ def test_speedup_vs_exit_marks_virtual_points():
     points = [{"exit_layer": e, "head": head, "speedup": s, "clock": clock, "alpha": 0.5}
               for e, s in ((6, 1.4), (15, 1.1)) for head in ("norm", "layer") for clock in ("wall", "virtual")]
     points.append({"exit_layer": 3, "head": "layer", "speedup": None, "clock": "wall", "alpha": 0.5})
-    fig = pv.speedup_vs_exit_figure(points, n_layers=30)
+    fig = ppsd_theory.speedup_vs_exit_figure(points, n_layers=30)
     lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
     assert set(lines) == {"layer head (wall clock)", "layer head [clock=virtual]", "norm head (wall clock)",
                           "norm head [clock=virtual]"}
@@ -241,18 +242,18 @@ def test_speedup_vs_exit_marks_virtual_points():
 
 
 def test_formula_readout_and_figure():
-    readout = pv.formula_readout(0.6, 8, 5, 32)
+    readout = ppsd_theory.formula_readout(0.6, 8, 5, 32)
     assert "⌈32/8⌉ = <b>4</b>" in readout
     assert f"<b>{ppsd_speedup(0.6, 8, 32):.2f}×</b>" in readout
     assert f"<b>{ppsd_gain(0.6, 5, 8, 32):.2f}</b>" in readout
-    fig = pv.formula_figure(0.6, 8, 5, 32)
+    fig = ppsd_theory.formula_figure(0.6, 8, 5, 32)
     assert fig.data[1].y[0] == pytest.approx(ppsd_speedup(0.6, 8, 32))
     assert fig.data[3].y[0] == pytest.approx(eesd_speedup(0.6, 5, 8, 32))
     assert f"S = {math.ceil(32 / 8)} stages" in fig.layout.title.text
 
 
 def test_formula_explorer_builds():
-    from specviz.widgets import ppsd_formula_explorer
+    from specviz.widgets.theory_explorers import ppsd_formula_explorer
 
     box = ppsd_formula_explorer(alpha=0.7, exit_layer=10, gamma=5)
     readout = box.children[0].children[1]
@@ -288,9 +289,9 @@ def test_the_recorded_exit_sweep_becomes_points():
     from pathlib import Path
 
     recorded = json.loads((Path(__file__).parents[1] / "data/bench/bf16/ppsd-exits/results.json").read_text())
-    points = pv.exit_points_from_bench(recorded)
+    points = ppsd_theory.exit_points_from_bench(recorded)
     assert {(p["exit_layer"], p["head"]) for p in points if p["clock"] == "virtual"} == {
         (e, h) for e in (15, 10, 8, 6, 5, 3) for h in ("layer", "norm")}
     assert all(p["speedup"] > 0 for p in points)
-    fig = pv.speedup_vs_exit_figure(points, n_layers=30)
+    fig = ppsd_theory.speedup_vs_exit_figure(points, n_layers=30)
     assert any("clock=virtual" in (trace.name or "") for trace in fig.data)

@@ -1,4 +1,4 @@
-"""Round-by-round views (specviz.rounds) and the refusal the engine records (engines.core.rejection_view), on
+"""Round-by-round views (specviz.views.rounds) and the refusal the engine records (engines.core.rejection_view), on
 tiny random models: every refused draft token is the one the round drafted at the first unaccepted
 position, its p and q are the ones the rule compared, and the views strike it through."""
 
@@ -12,7 +12,7 @@ import torch
 from engines.core.rejection_view import rejection_view
 from engines.core.sampling import Sampler
 from engines.core.trace import Commit, DraftTree, StageSpan, Verification
-from specviz import rounds
+from specviz.views import rounds
 from tests.conftest import tiny_llama
 
 
@@ -120,8 +120,8 @@ class FlatCurve:
 
 
 def test_a_chain_run_becomes_a_point_on_leviathans_model(tiny_engine):
-    from specviz.session_points import chain_run_point, predicted_vs_measured_figure
     from specviz.theory import expected_speedup
+    from specviz.views.session_points import chain_run_point, predicted_vs_measured_figure
 
     tiny_engine.add_draft("other", tiny_llama(vocab=16, layers=1, seed=2))
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]

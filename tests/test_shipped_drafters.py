@@ -4,7 +4,7 @@ its drafts are accepted more often than those of the untrained drafter of the sa
 import pytest
 
 from engines.drafters.trained import available, read_card
-from specviz.drafter_cards import EESD_HEADS, drafter_run_options
+from specviz.experiments.drafter_cards import EESD_HEADS, drafter_run_options
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
 NEW_TOKENS = 32

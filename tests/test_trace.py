@@ -3,7 +3,7 @@
 from engines import Trace, compute_stats, read_jsonl, write_jsonl
 from engines.core.stats import Stats
 from engines.core.trace import Commit, DraftTree, StageSpan, Verification
-from specviz.figures import draft_depth_acceptance_figure
+from specviz.views.chain import draft_depth_acceptance_figure
 
 
 def test_jsonl_round_trip_and_replayed_stats(tiny_engine, tmp_path):

@@ -14,11 +14,8 @@ from engines.training.corpus import read_corpus
 from engines.training.data import vocabulary_coverage
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
-from specviz.drafter_compare import (
-    compare_drafters,
-    head_escape_rates,
-    tau_vs_acceptance_figure,
-)
+from specviz.experiments.drafter_compare import compare_drafters, head_escape_rates
+from specviz.views.drafter_compare import tau_vs_acceptance_figure
 from tests.conftest import tiny_llama, write_answer_corpus
 
 

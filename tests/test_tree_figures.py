@@ -1,4 +1,4 @@
-"""specviz.trees and the tree theory: figures and predictions from hand-made events, then one real run.
+"""specviz.views.draft_trees and the tree theory: figures and predictions from hand-made events, then one real run.
 
 The synthetic round below is small enough to check by hand: six sent nodes and one pruned, an accepted
 path 0 → 2, a correction after it. The real-model test checks the pictures against the engine's own
@@ -15,6 +15,7 @@ import torch
 from engines.core.draft_tree import DraftTreeNodes, TreeNode
 from engines.core.trace import Commit, DraftTree, RunEnd, RunStart, Verification
 from engines.model.layers import tree_mask
+from specviz.experiments.tree_size_sweep import tree_size_sweep
 from specviz.theory import (
     best_tree_paths,
     expected_tokens_per_round,
@@ -24,26 +25,22 @@ from specviz.theory import (
     rank_probabilities,
     tree_speedup,
 )
-from specviz.trees import (
+from specviz.views.draft_trees import (
     mean_tree_size,
     node_outcomes,
-    predicted_tau,
     root_token,
     round_events,
     run_row,
     showcase_round,
-    tau_vs_tree_size,
     token_label,
-    tree_budget_figure,
     tree_figure,
     tree_layout,
     tree_mask_figure,
     tree_nodes,
-    tree_size_sweep,
-    verify_cost_figure,
     verify_parents,
 )
-from specviz.widgets import tree_theory_readout
+from specviz.views.tree_budget import predicted_tau, tau_vs_tree_size, tree_budget_figure, verify_cost_figure
+from specviz.widgets.theory_explorers import tree_theory_readout
 
 
 def node(id_, parent, token, depth, score, rank, sent=True):

@@ -64,7 +64,7 @@ def test_leviathan_formulas():
 
 
 def test_exit_agreement_is_one_at_the_top_and_a_fraction_below(tiny_engine):
-    from specviz.measure import exit_agreement
+    from specviz.experiments.forward_costs import exit_agreement
 
     sequences = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10]]
     agreement = exit_agreement(tiny_engine.target, sequences, layers=[1, 2, 3])

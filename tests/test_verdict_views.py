@@ -1,4 +1,4 @@
-"""specviz.verdict_views and the Mirror-SD / SSD latency laws of specviz.theory, on stored traces.
+"""specviz.views.verdict_metrics and the Mirror-SD / SSD latency laws of specviz.theory, on stored traces.
 
 No model runs here: the traces in tests/data/verdict/ were recorded with SmolLM2-135M on CPU as
 
@@ -47,7 +47,6 @@ from engines.programs.verdict.speculation_cache import (
     predicted_hit_rate,
     uniform_fanout,
 )
-from specviz import verdict_views as vv
 from specviz.theory import (
     law_tokens_per_s,
     mirror_speedup_vs_sd,
@@ -55,6 +54,8 @@ from specviz.theory import (
     ssd_round_time,
     ssd_speedup_vs_sd,
 )
+from specviz.views import mirror_sd, ssd, verdict_gantt
+from specviz.views import verdict_metrics as vv
 
 TRACES = Path(__file__).resolve().parent / "data" / "verdict"
 MIRROR_LANES = "mirror_gamma5_kappa4_exit15_norm_lanes"
@@ -221,7 +222,7 @@ def test_hidden_and_exposed_sum_to_the_draft_work(runs, name, cut):
 @pytest.mark.parametrize("cut", ["whole", "partial"])
 def test_gantt_draws_every_span_and_splits_draft_work(runs, name, cut):
     events = runs[name] if cut == "whole" else partial(runs[name])
-    fig = vv.verdict_gantt(events)
+    fig = verdict_gantt.verdict_gantt(events)
     bars = [t for t in fig.data if t.type == "bar"]
     target = of(events, RunStart)[0].lanes["target"]
     target_spans = [s for s in of(events, StageSpan) if s.lane == target]
@@ -242,20 +243,20 @@ def test_gantt_draws_every_span_and_splits_draft_work(runs, name, cut):
     assert all(t.marker.line.color == vv.MISS_RED for t in exposed)
     assert any("backup" in t.name or "fallback" in t.name for t in exposed), "a miss's backup is exposed"
     messages = [m for m in of(events, LaneMessage) if m.what in vv.RENDEZVOUS]
-    assert vv.arrow_count(fig) == len(messages) > 0
+    assert verdict_gantt.arrow_count(fig) == len(messages) > 0
     kinds = {t.name for t in fig.data if t.type == "scatter"}
-    assert kinds == {vv.MESSAGE_LABELS[m.what] for m in messages}
+    assert kinds == {verdict_gantt.MESSAGE_LABELS[m.what] for m in messages}
 
 
 def test_gantt_rounds_window_and_startup_note(runs):
     events = runs[MIRROR_LANES]
-    fig = vv.verdict_gantt(events, rounds=(2, 4))
-    bars = vv.gantt_bars(events)
+    fig = verdict_gantt.verdict_gantt(events, rounds=(2, 4))
+    bars = verdict_gantt.gantt_bars(events)
     chosen = [b for b in bars if 2 <= b["round"] <= 4]
     assert sum(len(t.y) for t in fig.data if t.type == "bar") == len(chosen)
-    assert vv.arrow_count(fig) == sum(1 for m in of(events, LaneMessage) if m.what in vv.RENDEZVOUS and 2 <= m.round <= 4)
+    assert verdict_gantt.arrow_count(fig) == sum(1 for m in of(events, LaneMessage) if m.what in vv.RENDEZVOUS and 2 <= m.round <= 4)
     assert "rounds 2–4" in fig.layout.title.text
-    whole = vv.verdict_gantt(events)
+    whole = verdict_gantt.verdict_gantt(events)
     first_draft = min(b["start"] for b in bars if b["lane"] == "draft")
     assert whole.layout.xaxis.range[0] <= first_draft < 0.1 and not whole.layout.annotations
 
@@ -270,7 +271,7 @@ def test_gantt_view_skips_a_slow_lane_start_up():
               Backup(t=3.85, lane="cpu1", round=0, backup="initial", tokens=5, start=3.80, end=3.85),
               StageSpan(t=3.86, lane="cpu0", stage="wait", round=1, start=0.07, end=3.86),
               StageSpan(t=3.90, lane="cpu0", stage="verify", round=1, start=3.86, end=3.90)]
-    fig = vv.verdict_gantt(events)
+    fig = verdict_gantt.verdict_gantt(events)
     assert 3.7 < fig.layout.xaxis.range[0] <= 3.80
     assert any("3.80 s before" in a.text and "start-up" in a.text for a in fig.layout.annotations)
     assert sum(len(t.y) for t in fig.data if t.type == "bar") == 4, "the bars are all still there"
@@ -300,7 +301,7 @@ def test_hypothesis_grid_marks_the_verdict(runs, name):
     commits = {c.round: c for c in verdicts(events)}
     seen = set()
     for r, decision in decisions.items():
-        fig = vv.hypothesis_grid(events, r, token_text=lambda t: f"<{t}>")
+        fig = mirror_sd.hypothesis_grid(events, r, token_text=lambda t: f"<{t}>")
         ee, commit = messages[r], commits[r]
         heat = fig.data[0]
         assert len(heat.z) == len(ee.ids) and len(heat.z[0]) == 4
@@ -316,7 +317,7 @@ def test_hypothesis_grid_marks_the_verdict(runs, name):
             assert (box.x0 + 0.5, box.y0 + 0.5) == (decision.rank, a)
         seen.add(hit)
     assert seen == {True, False}, "the stored rounds hold both hits and fallbacks"
-    default = vv.hypothesis_grid(events)
+    default = mirror_sd.hypothesis_grid(events)
     assert f"Round {max(messages)}:" in default.layout.title.text
 
 
@@ -324,11 +325,11 @@ def test_hypothesis_grid_on_a_live_round_and_before_any_message(runs):
     events = runs[MIRROR_LANES]
     i = max(i for i, e in enumerate(events) if isinstance(e, EeMessage))
     live = events[: i + 1]  # the message is out, the verdict is not
-    fig = vv.hypothesis_grid(live)
+    fig = mirror_sd.hypothesis_grid(live)
     assert "verdict pending" in fig.layout.title.text and not fig.layout.shapes
-    assert "No early-exit message" in vv.hypothesis_grid(events[:3]).layout.title.text
+    assert "No early-exit message" in mirror_sd.hypothesis_grid(events[:3]).layout.title.text
     with pytest.raises(ValueError):
-        vv.hypothesis_grid(events, 999)
+        mirror_sd.hypothesis_grid(events, 999)
 
 
 def test_overlap_rate_hand_computed():
@@ -339,7 +340,7 @@ def test_overlap_rate_hand_computed():
               EeMessage(t=2.0, round=2, exit_layer=15, ids=[[1, 2], [3, 4]], logprobs=[[-0.1, -2.0]] * 2, bytes=0),
               Commit(t=2.1, round=2, tokens=[2], fates=["correction"], pieces=[""], drafted=1, accepted=0),
               EeMessage(t=3.0, round=3, exit_layer=15, ids=[[1, 2]], logprobs=[[-0.1, -2.0]], bytes=0)]
-    o = vv.overlap_rate(events)
+    o = mirror_sd.overlap_rate(events)
     # round 1: 5 (rank 0) in, 8 (rank 1) in, c = 3 out; round 2: c = 2 (rank 1) in; round 3 has no verdict yet
     assert o == dict(omega=0.75, positions=4, in_top_k=3, outside=1, rank_counts=[1, 2], kappa=2, exit_layer=15,
                      rounds=2)
@@ -348,7 +349,7 @@ def test_overlap_rate_hand_computed():
 @pytest.mark.parametrize("name", [MIRROR_LANES, MIRROR_SERIAL])
 def test_overlap_rate_on_traces_bounds_the_fallbacks(runs, name):
     events = runs[name]
-    o = vv.overlap_rate(events)
+    o = mirror_sd.overlap_rate(events)
     commits = verdicts(events)
     assert o["rounds"] == len(commits)
     assert o["positions"] == sum(c.accepted + 1 for c in commits)
@@ -358,11 +359,11 @@ def test_overlap_rate_on_traces_bounds_the_fallbacks(runs, name):
     assert all(o["rank_counts"][rank] >= n for rank, n in hits.items())
     assert 0 < o["omega"] < 1
     assert o["kappa"] == 4 and o["exit_layer"] == 15
-    assert vv.overlap_rate(partial(events))["positions"] < o["positions"]
+    assert mirror_sd.overlap_rate(partial(events))["positions"] < o["positions"]
 
 
 def test_norm_exit_overlaps_more_than_the_model_head(runs):
-    norm, model = (vv.fallback_point(runs[n]) for n in (MIRROR_LANES, MIRROR_SERIAL))
+    norm, model = (mirror_sd.fallback_point(runs[n]) for n in (MIRROR_LANES, MIRROR_SERIAL))
     assert norm["omega"] > model["omega"] and norm["fallback_rate"] < model["fallback_rate"]
 
 
@@ -370,7 +371,7 @@ def test_fallback_heatmap_places_each_point():
     points = [dict(kappa=2, exit_layer=15, fallback_rate=0.8, omega=0.3),
               dict(kappa=4, exit_layer=15, fallback_rate=0.6, omega=0.5),
               dict(kappa=4, exit_layer=20, fallback_rate=0.4, omega=0.7)]
-    fig = vv.fallback_heatmap(points)
+    fig = mirror_sd.fallback_heatmap(points)
     ff, bound = fig.data
     assert list(ff.x) == ["2", "4"] and list(ff.y) == ["15", "20"]
     assert list(ff.z[0]) == [0.8, 0.6] and list(ff.z[1]) == [None, 0.4]
@@ -380,14 +381,14 @@ def test_fallback_heatmap_places_each_point():
 
 def test_mirror_law_figure_marks_the_zero_slope_region():
     gen = {1: 0.010, 2: 0.020, 3: 0.029, 4: 0.040, 5: 0.050}
-    fig = vv.mirror_law_figure(0.020, 0.030, 0.002, gen)
+    fig = mirror_sd.mirror_law_figure(0.020, 0.030, 0.002, gen)
     step = next(t for t in fig.data if t.name == "Mirror step")
     assert list(step.y[:3]) == pytest.approx([52.0] * 3), "flat while T_gen ≤ Δ"
     assert list(step.y[3:]) == pytest.approx([62.0, 72.0])
     (region,) = [s for s in fig.layout.shapes if s.type == "rect"]
     assert (region.x0, region.x1) == (0.5, 3.5)
     assert "γ ≤ 3" in fig.layout.title.text
-    none = vv.mirror_law_figure(0.020, 0.005, 0.002, gen)
+    none = mirror_sd.mirror_law_figure(0.020, 0.005, 0.002, gen)
     assert not [s for s in none.layout.shapes if s.type == "rect"] and "never fits" in none.layout.title.text
 
 
@@ -399,7 +400,7 @@ def test_cache_table_colours_hits_and_boxes_the_verdict(runs):
     hits = [x for x in lookups.values() if x.hit]
     assert hits and len(hits) < len(lookups)
     for r in (hits[0].round, next(x.round for x in lookups.values() if not x.hit)):
-        fig = vv.ssd_cache_table(events, r, token_text=lambda t: f"<{t}>")
+        fig = ssd.ssd_cache_table(events, r, token_text=lambda t: f"<{t}>")
         heat = fig.data[0]
         slots = max(f for b in builds.values() for f in b.fanout)
         assert len(heat.z) == len(builds[r].fanout) == 6 and len(heat.z[0]) == slots
@@ -414,9 +415,9 @@ def test_cache_table_colours_hits_and_boxes_the_verdict(runs):
         else:
             (box,) = shapes(fig, "miss")
             assert box.y0 + 0.5 == lookup.accepted and "miss" in fig.layout.title.text
-    assert f"Round {max(builds)}:" in vv.ssd_cache_table(events).layout.title.text
+    assert f"Round {max(builds)}:" in ssd.ssd_cache_table(events).layout.title.text
     live = events[: max(i for i, e in enumerate(events) if isinstance(e, CacheBuild)) + 1]
-    assert "verdict pending" in vv.ssd_cache_table(live).layout.title.text
+    assert "verdict pending" in ssd.ssd_cache_table(live).layout.title.text
 
 
 def synthetic_commits(a_p: float, k_max: int, n: int, seed: int = 0) -> list:
@@ -433,20 +434,20 @@ def synthetic_commits(a_p: float, k_max: int, n: int, seed: int = 0) -> list:
 
 def test_k_histogram_fits_a_p_on_synthetic_and_stored_rounds(runs):
     synthetic = synthetic_commits(0.6, 5, 3000)
-    assert 0.57 < vv.fit_acceptance(synthetic) < 0.63
-    fig = vv.k_histogram(synthetic)
+    assert 0.57 < ssd.fit_acceptance(synthetic) < 0.63
+    fig = ssd.k_histogram(synthetic)
     bars, law = fig.data
     assert list(bars.x) == list(range(6)) and sum(bars.y) == 3000
     assert sum(law.y) == pytest.approx(3000)
-    assert law.y[0] == pytest.approx(3000 * (1 - vv.fit_acceptance(synthetic)))
-    assert f"a_p = {vv.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
+    assert law.y[0] == pytest.approx(3000 * (1 - ssd.fit_acceptance(synthetic)))
+    assert f"a_p = {ssd.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
     events = runs[SSD]
     rounds = [c for c in verdicts(events) if c.drafted]
-    a_p = vv.fit_acceptance(events)
+    a_p = ssd.fit_acceptance(events)
     assert a_p == pytest.approx(sum(c.accepted for c in rounds) /
                                 (sum(c.accepted for c in rounds) + sum(c.accepted < c.drafted for c in rounds)))
-    assert sum(vv.k_histogram(events).data[0].y) == len(rounds)
-    assert "no verified round yet" in vv.k_histogram(events[:4]).layout.title.text
+    assert sum(ssd.k_histogram(events).data[0].y) == len(rounds)
+    assert "no verified round yet" in ssd.k_histogram(events[:4]).layout.title.text
 
 
 def synthetic_lookups(r: float, n: int, seed: int = 0) -> list:
@@ -457,37 +458,37 @@ def synthetic_lookups(r: float, n: int, seed: int = 0) -> list:
 
 
 def test_hit_rate_vs_fanout_recovers_r_on_synthetic_ranks(runs):
-    fig = vv.hit_rate_vs_fanout(synthetic_lookups(0.8, 4000))
+    fig = ssd.hit_rate_vs_fanout(synthetic_lookups(0.8, 4000))
     measured, fit = fig.data[:2]
     r = float(fit.name.split("r = ")[1])
     assert 0.7 < r < 0.9
     assert list(measured.y) == sorted(measured.y, reverse=True) and measured.x[0] == 1
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    stored = vv.hit_rate_vs_fanout(runs[SSD])
-    curve = vv.miss_curve(runs[SSD])
+    stored = ssd.hit_rate_vs_fanout(runs[SSD])
+    curve = ssd.miss_curve(runs[SSD])
     assert [m for _, m in curve] == sorted((m for _, m in curve), reverse=True)
     assert any(t.name.startswith("this run") for t in stored.data)
-    mirror = vv.miss_curve(runs[MIRROR_LANES])
+    mirror = ssd.miss_curve(runs[MIRROR_LANES])
     assert len(mirror) == 4, "Mirror's ranks exist only inside the top-κ"
 
 
 def test_acceptance_vs_hit_contours_follow_the_model(runs):
-    points = [vv.tradeoff_point(runs[SSD]), dict(c=1.0, acceptance=0.10, hit_rate=0.2, tokens_per_s=12.0)]
-    fig = vv.acceptance_vs_hit(points, lookahead=5, t_verify=0.030, t_backup=0.020, t_comm=0.001, t_draftwork=0.040)
+    points = [ssd.tradeoff_point(runs[SSD]), dict(c=1.0, acceptance=0.10, hit_rate=0.2, tokens_per_s=12.0)]
+    fig = ssd.acceptance_vs_hit(points, lookahead=5, t_verify=0.030, t_backup=0.020, t_comm=0.001, t_draftwork=0.040)
     contour, scatter = fig.data
     assert contour.type == "contour" and scatter.type == "scatter"
     assert list(scatter.text) == ["C = 0.5", "C = 1.0"]
     i, j = 10, 40  # ρ = y[10], h = x[40] = 1
     assert contour.z[i][j] == pytest.approx((5 * contour.y[i] + 1) / ssd_round_time(0.030, 0.001, 1.0, 0.020, 0.040))
     # costs left out come from the points' own measurements (tradeoff_point carries them)
-    auto = vv.acceptance_vs_hit(points[:1])
+    auto = ssd.acceptance_vs_hit(points[:1])
     assert auto.data[0].type == "contour" and "K = 5" in auto.layout.title.text
-    bare = vv.acceptance_vs_hit(points[1:])
+    bare = ssd.acceptance_vs_hit(points[1:])
     assert [t.type for t in bare.data] == ["scatter"] and "no contours" in bare.layout.title.text
 
 
 def test_fanout_figure_geometric_beside_uniform():
-    fig = vv.fanout_figure(0.6, 0.5, 24, 7)
+    fig = ssd.fanout_figure(0.6, 0.5, 24, 7)
     geometric, uniform, law = fig.data
     assert list(geometric.y) == geometric_fanout(7, 24, 0.6, 0.5) and sum(geometric.y) == 24
     assert list(uniform.y) == uniform_fanout(7, 3)
@@ -499,7 +500,7 @@ def test_fanout_figure_geometric_beside_uniform():
 
 
 def test_fanout_explorer_redraws_on_a_slider():
-    from specviz.widgets import fanout_explorer
+    from specviz.widgets.theory_explorers import fanout_explorer
 
     box = fanout_explorer(a_p=0.6, r=0.5, budget=24, lookahead=7)
     sliders = {s.description.split(" ")[0]: s for s in box.children[0].children[0].children}
@@ -511,7 +512,7 @@ def test_fanout_explorer_redraws_on_a_slider():
 
 
 # --- partial and empty event lists ------------------------------------------------------------------------
-FIGURES = (vv.verdict_gantt, vv.hypothesis_grid, vv.ssd_cache_table, vv.k_histogram, vv.hit_rate_vs_fanout)
+FIGURES = (verdict_gantt.verdict_gantt, mirror_sd.hypothesis_grid, ssd.ssd_cache_table, ssd.k_histogram, ssd.hit_rate_vs_fanout)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -521,7 +522,7 @@ def test_every_view_draws_a_partial_run(runs, name):
     for view in FIGURES:
         assert isinstance(view(events), go.Figure), view.__name__
     assert vv.verdict_metrics(events)["law"] is not None
-    assert isinstance(vv.overlap_rate(events), dict)
+    assert isinstance(mirror_sd.overlap_rate(events), dict)
 
 
 def test_every_view_survives_an_empty_run():
@@ -529,4 +530,4 @@ def test_every_view_survives_an_empty_run():
         assert isinstance(view([]), go.Figure), view.__name__
     m = vv.verdict_metrics([])
     assert m["rounds"] == 0 and m["tau"] is None and m["law"] is None and m["hit_rate"] is None
-    assert vv.draft_time_split([]) == [] and vv.overlap_rate([])["omega"] is None
+    assert vv.draft_time_split([]) == [] and mirror_sd.overlap_rate([])["omega"] is None

@@ -133,8 +133,8 @@ def test_draft_length_follows_the_machine_and_the_acceptance():
 
 
 def test_chain_model_on_a_flat_curve_is_leviathans():
-    from specviz.figures import chain_speedup_on_curve, kernel_curves_figure
     from specviz.theory import expected_speedup
+    from specviz.views.chain import chain_speedup_on_curve, kernel_curves_figure
 
     flat = VerifyCost("k", {n: 0.02 for n in range(1, 17)}, {n: "linear" for n in range(1, 17)},
                       {"linear": {n: 0.02 for n in range(1, 17)}}, weight_bytes=10**8, bandwidth_gb_s=10.0)

@@ -23,7 +23,8 @@ from engines.core.trace import RunStart, StreamChunk, read_jsonl, write_jsonl
 from engines.memory_budget import weight_stream as ws
 from engines.model.verify_cost import VerifyCost, machine_key
 from specviz import cli
-from specviz.bench import run_bench, to_markdown
+from specviz.bench.report import to_markdown
+from specviz.bench.runner import run_bench
 
 PROMPT = [1, 2, 3]
 

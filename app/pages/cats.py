@@ -28,7 +28,7 @@ from app import run_summary as rs
 from app.engine_cache import ar_baseline, engine_lock, model_picker
 from app.prompt_picker import example_prompts, prompt_picker
 from engines.core.trace import Commit
-from specviz.cats_views import (
+from specviz.views.cats_cycles import (
     STAGE_COLOURS,
     cats_cycles,
     confusion_figure,
@@ -38,8 +38,8 @@ from specviz.cats_views import (
     gantt_figure,
     showcase_cycle,
 )
-from specviz.tokens import legend_html, token_stream_html
-from specviz.trees import STATUS_COLOURS, STATUS_LABELS
+from specviz.views.draft_trees import STATUS_COLOURS, STATUS_LABELS
+from specviz.views.tokens import legend_html, token_stream_html
 
 st.set_page_config(page_title="specviz — CATS", page_icon="🪜", layout="wide")
 

@@ -28,9 +28,9 @@ from app import run_summary as rs
 from app import url_state as us
 from app.engine_cache import ar_baseline, engine_lock, model_picker
 from app.prompt_picker import example_prompts, prompt_picker
-from specviz.compare import cumulative_tokens_figure, speedup_bar_figure
-from specviz.figures import accepted_length_histogram, draft_depth_acceptance_figure
-from specviz.tokens import legend_html, token_stream_html
+from specviz.views.chain import accepted_length_histogram, draft_depth_acceptance_figure
+from specviz.views.compare import cumulative_tokens_figure, speedup_bar_figure
+from specviz.views.tokens import legend_html, token_stream_html
 
 P = "cmp:"  # widget keys of this page
 st.set_page_config(page_title="specviz — compare", page_icon="⚖️", layout="wide")

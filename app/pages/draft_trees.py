@@ -12,7 +12,7 @@ Decisions:
   page is reused by the other.
 - The round slider starts at a round worth looking at (an accepted path of two or more nodes).
 - The sweep always decodes greedily: its prediction reads each round's outcome off the tree, which only
-  greedy decoding allows (:func:`specviz.trees.predicted_tau`).
+  greedy decoding allows (:func:`specviz.views.tree_budget.predicted_tau`).
 """
 
 from __future__ import annotations
@@ -29,20 +29,20 @@ from app.prompt_picker import example_prompts, prompt_picker
 from engines.core.trace import Commit
 from engines.drafters.registry import TREE, drafters_for
 from engines.methods.eagle import EagleConfig
-from specviz.tokens import legend_html, token_stream_html
-from specviz.trees import (
+from specviz.experiments.tree_size_sweep import tree_size_sweep
+from specviz.views.draft_trees import (
     STATUS_COLOURS,
     STATUS_LABELS,
     root_token,
     round_events,
     showcase_round,
-    tau_vs_tree_size,
     token_label,
     tree_figure,
     tree_mask_figure,
     tree_rounds,
-    tree_size_sweep,
 )
+from specviz.views.tokens import legend_html, token_stream_html
+from specviz.views.tree_budget import tau_vs_tree_size
 
 st.set_page_config(page_title="specviz — draft trees", page_icon="🌳", layout="wide")
 

@@ -26,8 +26,8 @@ from app import verdict_page as vp
 from app.lanes_page import LanePage
 from engines.core.trace import EeMessage
 from engines.methods.mirror import MirrorConfig
-from specviz import verdict_views as vv
-from specviz.ppsd_views import one_token
+from specviz.views import mirror_sd, verdict_metrics
+from specviz.views.ppsd_runs import one_token
 
 DEFAULTS = MirrorConfig()  # the method's own defaults start the widgets
 page = LanePage(
@@ -85,14 +85,14 @@ with st.expander("The latency law (Eq. 10/14): move the costs", expanded=False):
         cols[1].metric("T_SD vs T_Mirror", f"{x['t_sd_ms']:.1f} vs {x['t_mirror_ms']:.1f} ms")
         cols[2].metric("S over SD", f"{x['speedup']:.2f}×", help="The paper's S (§3.6), no fallbacks.")
         cols[3].metric("with FF", f"{x['speedup_with_ff']:.2f}×", help="E[T_step] = T_Mirror + FF·T_gen [derived].")
-        st.plotly_chart(vv.mirror_law_figure(t_prefix / 1e3, t_suffix / 1e3, t_rv / 1e3, x["gen"]), key=f"{P}law")
+        st.plotly_chart(mirror_sd.mirror_law_figure(t_prefix / 1e3, t_suffix / 1e3, t_rv / 1e3, x["gen"]), key=f"{P}law")
         st.caption("The draft is free while T_gen fits under the suffix Δ (shaded: zero slope in γ); past that only "
                    "the part that sticks out costs. Mirror beats vanilla SD iff T_rv < min(Δ, T_gen).")
 
 # --- prompt, running ----------------------------------------------------------------------------
 page.controls(live_areas=2)  # the Gantt, the hypothesis grid
 token_text = one_token(page.engine.detokenize)
-vp.run(page, options, lambda events: vv.hypothesis_grid(events, token_text=token_text), "grid")
+vp.run(page, options, lambda events: mirror_sd.hypothesis_grid(events, token_text=token_text), "grid")
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -104,8 +104,8 @@ def show_round(record: dict) -> None:
     st.subheader("One round's bet: the hypothesis grid")
     first = vp.default_round(events, EeMessage)
     chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
-    st.plotly_chart(vv.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
-    overlap = vv.overlap_rate(events)
+    st.plotly_chart(mirror_sd.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
+    overlap = mirror_sd.overlap_rate(events)
     if overlap["omega"] is not None:
         st.caption(f"Ω_κ measured: the target's token was in the early exit's top-{overlap['kappa']} at "
                    f"{overlap['in_top_k']} of {overlap['positions']} verified positions (Ω = {overlap['omega']:.2f}; "
@@ -113,7 +113,7 @@ def show_round(record: dict) -> None:
 
 
 def show_split(record: dict) -> None:
-    split = vv.draft_time_split(record["runs"][record["main"]]["events"])
+    split = verdict_metrics.draft_time_split(record["runs"][record["main"]]["events"])
     if split:
         st.subheader("Draft work per round: hidden under the target, or exposed")
         frame = pd.DataFrame(split).set_index("round")[["hidden_s", "exposed_s"]] * 1e3

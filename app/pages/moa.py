@@ -28,9 +28,9 @@ from app import moa_page as mh
 from app.engine_cache import engine_lock, model_picker
 from app.lanes_page import LiveThrottle
 from app.prompt_picker import example_prompts, prompt_picker
-from specviz import moa_views as mv
-from specviz.tokens import legend_html, token_stream_html
-from specviz.trees import round_events, tree_figure
+from specviz.views import moa_messages, moa_runs
+from specviz.views.draft_trees import round_events, tree_figure
+from specviz.views.tokens import legend_html, token_stream_html
 
 P = "moa:"  # widget key prefix
 st.set_page_config(page_title="specviz — MoA", page_icon="🧩", layout="wide")
@@ -98,8 +98,8 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
         x_verify = st.slider("T_verify ms (server)", 1.0, 300.0, 60.0, 1.0, key=f"{P}x:verify")
         x_lsa = st.slider("T_LSA ms (server)", 0.0, 50.0, 3.0, 0.5, key=f"{P}x:lsa")
     with right:
-        st.plotly_chart(mv.message_size_figure(x_a, x_m, x_tli, HIDDEN, KV_WIDTH, x_b), key=f"{P}x:sizes")
-        st.plotly_chart(mv.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
+        st.plotly_chart(moa_messages.message_size_figure(x_a, x_m, x_tli, HIDDEN, KV_WIDTH, x_b), key=f"{P}x:sizes")
+        st.plotly_chart(moa_messages.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
                                              KV_WIDTH, x_b, tau=float(x_a)), key=f"{P}x:cycle")
         st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model). T_cycle = T_draft + RTT + 8(B_up + B_down)/BW + "
                    "T_verify + T_LSA [derived: docs/moa.md]; tokens/s = τ/T_cycle with τ = A here.")
@@ -120,7 +120,7 @@ def run() -> list:
             events.append(event)
             if throttle.due():
                 text_area.markdown(token_stream_html(events), unsafe_allow_html=True)
-                gantt_area.plotly_chart(mv.client_server_gantt(events), key=f"{P}live:gantt:{drawn}")
+                gantt_area.plotly_chart(moa_runs.client_server_gantt(events), key=f"{P}live:gantt:{drawn}")
                 drawn += 1
     status_area.empty()
     return events
@@ -141,13 +141,13 @@ if generate:
 def show_text(events: list) -> None:
     text_area.markdown(token_stream_html(events) + f"<div style='margin-top:4px'>{legend_html()}</div>",
                        unsafe_allow_html=True)
-    if mv.is_lossy(events):
+    if moa_runs.is_lossy(events):
         st.warning("This run is LOSSY: after the server left, the client wrote alone (the tokens in black), so the "
                    "text may differ from what the target would have written.")
 
 
 def show_metrics(events: list) -> None:
-    metrics = mv.moa_metrics(events)
+    metrics = moa_runs.moa_metrics(events)
     items = list(mh.metric_values(metrics).items())
     for row in (items[:4], items[4:]):  # two rows: seven numbers in one would be cut short
         for column, (label, value) in zip(st.columns(4), row):
@@ -157,20 +157,20 @@ def show_metrics(events: list) -> None:
 
 def show_views(events: list) -> None:
     st.subheader("Where the client's drafting time goes, beside the server's LSA")
-    st.plotly_chart(mv.draft_split_figure(events), key=f"{P}split")
+    st.plotly_chart(moa_runs.draft_split_figure(events), key=f"{P}split")
     st.subheader("Message sizes: measured against Table 7")
-    sizes = mv.measured_message_sizes(events, HIDDEN, KV_WIDTH)
+    sizes = moa_messages.measured_message_sizes(events, HIDDEN, KV_WIDTH)
     if sizes["up"] is None:
         st.info("No client–server messages: pick a network to split the run into client and server.")
     else:
         tli = sizes["tli"] if sizes["family"].startswith("moa") else 0
-        st.plotly_chart(mv.message_size_figure(max(1, round(sizes["accepted"])), max(1, round(sizes["nodes"])), tli,
-                                               HIDDEN, KV_WIDTH, measured={mv.run_name(events): events}),
+        st.plotly_chart(moa_messages.message_size_figure(max(1, round(sizes["accepted"])), max(1, round(sizes["nodes"])), tli,
+                                               HIDDEN, KV_WIDTH, measured={moa_runs.run_name(events): events}),
                         key=f"{P}sizes")
         st.dataframe(pd.DataFrame(mh.message_table(sizes)).set_index("message"), key=f"{P}size_table")
         st.caption("The wire adds a 4-byte header to every message and a 2-byte scale to every 8-bit activation row; "
                    "with those, the prediction is exact.")
-    shown = mv.showcase_round(events)
+    shown = moa_runs.showcase_round(events)
     if shown is not None:
         st.subheader(f"One cycle's draft tree (round {shown}: the longest accepted path)")
         tree, verification = round_events(events, shown)
@@ -184,6 +184,6 @@ if record is None:
 else:
     events = record["events"]
     show_text(events)
-    gantt_area.plotly_chart(mv.client_server_gantt(events), key=f"{P}gantt")
+    gantt_area.plotly_chart(moa_runs.client_server_gantt(events), key=f"{P}gantt")
     show_metrics(events)
     show_views(events)

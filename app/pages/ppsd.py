@@ -25,8 +25,8 @@ from app import ppsd_page as ph
 from app.lanes_page import LanePage
 from engines.lanes import lanes_unavailable
 from engines.programs.pipeline import stage_count
-from specviz.pipeline import text_strip
-from specviz.ppsd_views import (
+from specviz.views.ppsd_pipeline import text_strip
+from specviz.views.ppsd_runs import (
     FATE_COLOURS,
     FATE_LABELS,
     baseline_for,
@@ -36,10 +36,10 @@ from specviz.ppsd_views import (
     one_token,
     run_metrics_rows,
     run_start,
-    speedup_surface_figure,
     text_strip_html,
     text_strip_legend_html,
 )
+from specviz.views.ppsd_theory import speedup_surface_figure
 
 page = LanePage(
     "ppsd", "PPSD", "🚰", "🚰 PPSD: pipeline-parallel early exit, live",

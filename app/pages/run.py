@@ -13,7 +13,7 @@ Decisions:
   baseline runs after the method (so the method streams first) and is cached in the session by
   prompt/settings/dtype, so changing only the method's options reuses it. For ``ar`` itself the run
   is its own baseline (speedup 1.00×).
-- The γ sweep always decodes greedily (``specviz.sweep.gamma_sweep`` runs its baseline greedily).
+- The γ sweep always decodes greedily (``specviz.experiments.gamma_sweep.gamma_sweep`` runs its baseline greedily).
 - Results live in ``st.session_state`` so they survive reruns (e.g. the sweep button) and are drawn
   from there; a failed run (bad input → ``ValueError``) shows the engine's message and clears them.
 - The setup lives in the URL (``?method=sps&gamma=3&draft=tiny&prompt_id=7``, see ``url_state``): read on
@@ -36,15 +36,15 @@ from app import url_state as us
 from app.engine_cache import ar_baseline, engine_lock, load_engine, model_picker
 from app.prompt_picker import example_prompts, prompt_picker
 from engines import METHODS
-from specviz import rounds
-from specviz.figures import (
+from specviz.experiments.gamma_sweep import gamma_sweep
+from specviz.views import rounds
+from specviz.views.chain import (
     accepted_length_histogram,
     draft_depth_acceptance_figure,
     speedup_vs_gamma,
     token_stream_figure,
 )
-from specviz.sweep import gamma_sweep
-from specviz.tokens import legend_html, token_stream_html
+from specviz.views.tokens import legend_html, token_stream_html
 
 # pld is the default: without trained drafters it is the method that visibly speeds this model up
 # (the self-drafts of sps/eesd are the target's early layers with its own head, rarely accepted).

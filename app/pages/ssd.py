@@ -22,8 +22,8 @@ from app.lanes_page import LanePage
 from engines.core.trace import CacheBuild, CacheLookup
 from engines.methods.ssd import SsdConfig
 from engines.programs.verdict.speculation_cache import fit_power_law
-from specviz import verdict_views as vv
-from specviz.ppsd_views import one_token
+from specviz.views import ssd as ssd_views
+from specviz.views.ppsd_runs import one_token
 
 DEFAULTS = SsdConfig()  # the method's own defaults start the widgets
 page = LanePage(
@@ -86,12 +86,12 @@ with st.expander("The round time (§5.6) and the cache's shape (§5.3): move the
         r = st.slider("r: miss exponent", 0.05, 2.0, 0.5, 0.05, key=f"{P}x:r")
         x_budget = st.slider("B: budget", 1, 64, 24, key=f"{P}x:budget")
         x_k = st.slider("K: lookahead", 1, 10, 7, key=f"{P}x:k")
-        st.plotly_chart(vv.fanout_figure(a_p, r, x_budget, x_k), key=f"{P}fanout_figure")
+        st.plotly_chart(ssd_views.fanout_figure(a_p, r, x_budget, x_k), key=f"{P}fanout_figure")
 
 # --- prompt, running ----------------------------------------------------------------------------
 page.controls(live_areas=2)  # the Gantt, the cache table
 token_text = one_token(page.engine.detokenize)
-vp.run(page, options, lambda events: vv.ssd_cache_table(events, token_text=token_text), "cache")
+vp.run(page, options, lambda events: ssd_views.ssd_cache_table(events, token_text=token_text), "cache")
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def show_cache(record: dict) -> None:
     st.subheader("The speculation cache, round by round")
     first = vp.default_round(events, CacheBuild)
     chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
-    st.plotly_chart(vv.ssd_cache_table(events, chosen, token_text=token_text), key=f"{P}cache")
+    st.plotly_chart(ssd_views.ssd_cache_table(events, chosen, token_text=token_text), key=f"{P}cache")
 
 
 def show_fits(record: dict) -> None:
@@ -113,16 +113,16 @@ def show_fits(record: dict) -> None:
         return
     st.subheader("What the fan-out should be: accepted lengths and the miss curve")
     left, right = st.columns(2)
-    left.plotly_chart(vv.k_histogram(events), key=f"{P}k_histogram")
-    right.plotly_chart(vv.hit_rate_vs_fanout(events), key=f"{P}miss_curve")
-    a_p = vv.fit_acceptance(events)
+    left.plotly_chart(ssd_views.k_histogram(events), key=f"{P}k_histogram")
+    right.plotly_chart(ssd_views.hit_rate_vs_fanout(events), key=f"{P}miss_curve")
+    a_p = ssd_views.fit_acceptance(events)
     c_fit, r_fit = fit_power_law([x.rank for x in lookups])
     c_fit = min(c_fit, 1.0)  # a fitted miss rate above 1 at F = 1 means nothing: cap c at 1
     builds = [e for e in events if isinstance(e, CacheBuild)]
     if a_p is not None and builds and r_fit > 0:
         k = len(builds[-1].fanout) - 1
         shown_budget = max(sum(builds[-1].fanout), 1)
-        st.plotly_chart(vv.fanout_figure(a_p, r_fit, shown_budget, k, c=c_fit), key=f"{P}fitted_fanout")
+        st.plotly_chart(ssd_views.fanout_figure(a_p, r_fit, shown_budget, k, c=c_fit), key=f"{P}fitted_fanout")
         st.caption(f"The §5.3 optimum at this run's fitted a_p = {a_p:.2f} and r = {r_fit:.2f} (c = {c_fit:.2f}), "
                    f"for its own budget of {shown_budget} guesses; measured hit rate "
                    f"{sum(x.hit for x in lookups) / len(lookups):.2f} over {len(lookups)} lookups.")

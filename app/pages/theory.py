@@ -12,11 +12,11 @@ import streamlit as st
 
 from app import live as lv
 from app.engine_cache import model_picker
-from specviz.figures import chain_theory_on_curve_figure, kernel_curves_figure
-from specviz.ppsd_views import formula_figure, formula_readout
-from specviz.session_points import chain_run_point, predicted_vs_measured_figure
 from specviz.theory import heldout_topk_agreement, rank_probabilities
-from specviz.trees import tree_budget_figure
+from specviz.views.chain import chain_theory_on_curve_figure, kernel_curves_figure
+from specviz.views.ppsd_theory import formula_figure, formula_readout
+from specviz.views.session_points import chain_run_point, predicted_vs_measured_figure
+from specviz.views.tree_budget import tree_budget_figure
 
 st.set_page_config(page_title="specviz — theory on this machine", page_icon="📐", layout="wide")
 st.title("📐 Theory, on this machine")

@@ -61,7 +61,7 @@ def measure(engine: Engine, steps: int = 96) -> dict:
             "steps": steps}
     with pinned("cpu0"):
         program = driver_decode(None, engine.target, steps)
-        ((driver, worker),) = list(group.run(program, Trace(), {1: {"program": "specviz.lane_physics:worker_decode",
+        ((driver, worker),) = list(group.run(program, Trace(), {1: {"program": "specviz.experiments.lane_physics:worker_decode",
                                                                    "args": args}}))
     return {"model": engine.name, "dtype": engine.dtype, "threads": threads, "steps": steps,
             "steps_per_s": {f"one process, {threads} threads": all_threads, "one process, 1 thread": one_thread,

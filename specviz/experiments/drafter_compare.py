@@ -1,7 +1,7 @@
 """The shipped drafters side by side on one prompt, and the figures that explain the τ they reach.
 
 A drafter's speedup is τ ÷ (1 + γ·c): how many tokens a round commits over what the round costs.
-:func:`compare_drafters` measures both from real runs; :func:`tau_vs_acceptance_figure` puts the
+:func:`compare_drafters` measures both from real runs; :func:`specviz.views.drafter_compare.tau_vs_acceptance_figure` puts the
 measured τ on the curve τ = (1 − a^{γ+1}) ÷ (1 − a) that a drafter accepted with the same probability a
 at every position would follow, which is how the notebook shows what acceptance τ = 2.5 would need.
 """
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import plotly.graph_objects as go
 import torch
 
 from engines import Engine
 from engines.drafters.trained import available, read_card
 
+from ..prompts import DEFAULT_PROMPTS, load_prompts
+from ..views.chain import draft_seconds
 from .drafter_cards import drafter_run_options
-from .prompts import DEFAULT_PROMPTS, load_prompts
-from .sweep import draft_seconds
-from .theory import expected_tokens_per_round
 
 
 def card_rows(names: Sequence[str] | None = None) -> list[dict]:
@@ -79,25 +77,6 @@ def answer_records(engine: Engine, max_new_tokens: int = 128, prompts_path=DEFAU
         if progress:
             progress(1)
     return records
-
-
-def tau_vs_acceptance_figure(rows: Sequence[dict], gamma: int = 5, goal: float | None = 2.5) -> go.Figure:
-    """Measured (per-position acceptance, τ) of each drafter on the flat-acceptance curve at ``gamma``."""
-    grid = [i / 100 for i in range(0, 96)]
-    fig = go.Figure(go.Scatter(x=grid, y=[expected_tokens_per_round(a, gamma) for a in grid], mode="lines",
-                               name=f"τ if every position is accepted with probability a (γ = {gamma})",
-                               line=dict(color="#888", dash="dot")))
-    fig.add_trace(go.Scatter(x=[r["per-position acceptance"] for r in rows], y=[r["τ"] for r in rows],
-                             mode="markers+text", text=[r["drafter"] for r in rows], textposition="top center",
-                             name="measured drafters", marker=dict(size=10)))
-    if goal:
-        needed = next((a for a in grid if expected_tokens_per_round(a, gamma) >= goal), None)
-        fig.add_hline(y=goal, line=dict(color="#c62828", dash="dash"),
-                      annotation_text=f"τ = {goal}" + (f" needs a ≈ {needed:.2f}" if needed is not None else ""))
-    fig.update_layout(title="Tokens per round against per-position acceptance",
-                      xaxis_title="per-position acceptance a: accepted ÷ draft positions the target judged",
-                      yaxis_title="τ: tokens committed per target call", xaxis_range=[0, 1], height=420)
-    return fig
 
 
 def head_escape_rates(model: torch.nn.Module, token_ids: Sequence[int]) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Reading recorded ``specviz bench`` runs back (``data/bench/**``): find them, load them, and tabulate them per
 method and per prompt category, without a model (the dashboard's Results page, notebooks).
 
-A run is a JSON file as :func:`specviz.bench.write_results` writes it: ``{"setup": {...}, "methods": {label:
+A run is a JSON file as :func:`specviz.bench.report.write_results` writes it: ``{"setup": {...}, "methods": {label:
 {category: summary}}}``, where every label has an ``overall`` summary with ``tokens_per_s``. Other JSON files
 in the folder (agreement tables, lane physics, the disconnection sweep) are not bench runs and are skipped.
 Speedups are the recorded ones: against ``ar`` of the same run, a ``clock=virtual`` row against
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "data" / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "data" / "bench"  # the project root: specviz/bench/ is two levels down
 DEFAULT_RUN = "bf16/engine-after"  # the 36-prompt run of every method the README's table comes from
 METRICS = {"speedup": "speedup", "tokens_per_s": "tok/s", "tau": "τ", "alpha": "α", "equals_ar": "output = ar"}
 

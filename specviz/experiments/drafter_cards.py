@@ -12,7 +12,7 @@ import json
 from engines import Engine
 from engines.drafters.trained import drafts_dir, read_card
 
-from .prompts import load_prompts
+from ..prompts import load_prompts
 
 GAMMA = 5
 EESD_HEADS = {"exit_norm": "norm", "exit_layer": "layer", "cats_adapter": "cats"}  # card kind → eesd's head

@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from engines import Engine
-from engines.core.trace import StageSpan
 
-
-def draft_seconds(events) -> float:
-    return sum(e.end - e.start for e in events if isinstance(e, StageSpan) and e.stage == "draft")
+from ..views.chain import draft_seconds
 
 
 def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sps", max_new_tokens: int = 64,

@@ -7,9 +7,9 @@ from typing import Iterable, Sequence
 import plotly.graph_objects as go
 
 from engines.core.stats import compute_stats
-from engines.core.trace import Commit, Event
+from engines.core.trace import Commit, Event, StageSpan
 
-from .theory import expected_speedup, expected_tokens_per_round
+from ..theory import expected_speedup, expected_tokens_per_round
 from .tokens import FATE_COLOURS, FATE_LABELS, fated_pieces
 
 
@@ -74,7 +74,7 @@ def speedup_vs_gamma(points: Sequence[dict], alpha: float, cost_ratio: float, ma
                      title: str = "Speedup vs γ: measured and Leviathan et al.'s model") -> go.Figure:
     """``points``: measured ``{"gamma", "speedup"}``; the curve is the model at the measured c and a, the
     per-token acceptance probability (``alpha``: a measured per-position acceptance, e.g.
-    :func:`specviz.sweep.gamma_sweep`'s)."""
+    :func:`specviz.experiments.gamma_sweep.gamma_sweep`'s)."""
     gammas = [p["gamma"] for p in points]
     top = max_gamma or max(gammas + [8])
     grid = list(range(1, top + 1))
@@ -137,3 +137,7 @@ def chain_theory_on_curve_figure(alpha: float, cost_ratio: float, curve, max_gam
                       xaxis_title="γ: tokens drafted per round", yaxis=dict(title="speedup over ar", rangemode="tozero"),
                       legend=dict(orientation="h", y=-0.25))
     return fig
+
+
+def draft_seconds(events) -> float:
+    return sum(e.end - e.start for e in events if isinstance(e, StageSpan) and e.stage == "draft")

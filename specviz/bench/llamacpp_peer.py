@@ -11,7 +11,7 @@ is out. The GGUF is converted from the engine's own weights (``engines.model.loa
 dtype (f32 or bf16), so both sides compute from the same numbers; their outputs may still differ (other
 kernels round differently) — the bench records that share for information only.
 
-``make peers`` (``python -m specviz.llamacpp_peer setup``) brings it, every step cached under
+``make peers`` (``python -m specviz.bench.llamacpp_peer setup``) brings it, every step cached under
 ``engines.model.machine.cache_dir() / "peers"`` and skipped when its output is there (rerun it after an interruption):
 
 1. the llama-cpp-python sdist from PyPI (``src/``); its ``vendor/llama.cpp`` is the llama.cpp it binds;
@@ -194,7 +194,7 @@ def check_temperature(method: str, temperature: float) -> None:
 
 def peer_generate(engine, prompt_ids: list[int], method: str, max_new_tokens: int, temperature: float = 0.0,
                   seed: int = 0, threads: int | None = None) -> dict:
-    """One greedy turn of ``method`` on ``prompt_ids``; the keys of :func:`specviz.hf_baselines.hf_generate`,
+    """One greedy turn of ``method`` on ``prompt_ids``; the keys of :func:`specviz.bench.hf_baselines.hf_generate`,
     plus ``drafted`` and ``accepted`` (draft tokens sent to the target, and those it kept)."""
     import torch
 
@@ -385,7 +385,7 @@ def setup(model: str = DEFAULT_MODEL, log=print) -> dict:
 def main(argv=None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m specviz.llamacpp_peer", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench.llamacpp_peer", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["setup", "status"])
     args = parser.parse_args(argv)
     if args.command == "status":

@@ -103,7 +103,7 @@ def pipeline_metrics(events: Iterable[Event]) -> dict:
     start_event = next((e for e in events if isinstance(e, RunStart)), None)
     clock = start_event.clock if start_event else "wall"
     serial = bool(start_event) and start_event.config.get("mode") == "serial"  # not a pipeline in time
-    from .theory import ppsd_tokens_per_s
+    from ..theory import ppsd_tokens_per_s
 
     return {
         "clock": clock,

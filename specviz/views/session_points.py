@@ -15,8 +15,7 @@ import plotly.graph_objects as go
 from engines.core.stats import Stats
 from engines.core.trace import Event, RunEnd, RunStart
 
-from .figures import chain_speedup_on_curve
-from .sweep import draft_seconds
+from .chain import chain_speedup_on_curve, draft_seconds
 
 
 def chain_run_point(events: Sequence[Event], ar_events: Sequence[Event], curve, label: str = "") -> dict | None:

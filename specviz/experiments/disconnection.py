@@ -15,8 +15,9 @@ from pathlib import Path
 
 from engines import Engine
 
-from .bench import parse_method, select_prompts
-from .prompts import DEFAULT_PROMPTS, load_prompts
+from ..bench.method_specs import parse_method
+from ..bench.runner import select_prompts
+from ..prompts import DEFAULT_PROMPTS, load_prompts
 
 BUDGETS = (1, 10, 25, 50)
 
