@@ -6,7 +6,9 @@ argument raises ``ValueError`` before any work starts and nothing is left half-d
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -76,6 +78,7 @@ class Engine:
         self.lane_spec = LaneSpec()  # where lane workers run: spawned here, or joining from other hosts
         self._lanes: LaneGroup | None = None
         self._lanes_source: Path | None = None
+        self._temporary: list[weakref.finalize] = []  # removes the folders saved for lane workers
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
@@ -201,10 +204,23 @@ class Engine:
         if Path(name).is_dir():
             return Path(name)
         if name not in self._draft_sources:
-            folder = Path(tempfile.mkdtemp(prefix="specviz-lanes-draft-"))
-            self.draft_stack(name).model.save_pretrained(folder, safe_serialization=True)
-            self._draft_sources[name] = folder
+            model = self.draft_stack(name).model
+            self._draft_sources[name] = self._temporary_folder("specviz-lanes-draft-", model.save_pretrained)
         return self._draft_sources[name]
+
+    def _temporary_folder(self, prefix: str, save) -> Path:
+        """A new temporary folder that ``save`` (a model's ``save_pretrained``) fills, removed by :meth:`close`,
+        when this engine is collected or at exit (``weakref.finalize``), and at once if ``save`` fails: weights
+        saved for lane workers (hundreds of MB for a real draft) must not pile up in the temporary directory."""
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        remove = weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        try:
+            save(folder, safe_serialization=True)
+        except BaseException:
+            remove()
+            raise
+        self._temporary.append(remove)
+        return folder
 
     def trained_drafter(self, name: str) -> torch.nn.Module:
         """A drafter shipped in ``data/drafts`` (see :mod:`engines.drafters.trained`), loaded once."""
@@ -254,8 +270,7 @@ class Engine:
             if self.name != "custom":
                 self._lanes_source = model_source(self.name)
             else:
-                self._lanes_source = Path(tempfile.mkdtemp(prefix="specviz-lanes-model-"))
-                self.model.save_pretrained(self._lanes_source, safe_serialization=True)
+                self._lanes_source = self._temporary_folder("specviz-lanes-model-", self.model.save_pretrained)
         return self._lanes_source
 
     def message_cost(self) -> MessageCost:
@@ -268,10 +283,17 @@ class Engine:
         return cost
 
     def close(self) -> None:
-        """Stop this engine's lane workers (if any); the engine stays usable and restarts them on demand."""
+        """Stop this engine's lane workers (if any) and remove the folders saved for them; the engine stays
+        usable and restarts them (saving again) on demand."""
         if self._lanes is not None:
             self._lanes.close()
             self._lanes = None
+        if self._temporary:
+            for remove in self._temporary:
+                remove()
+            self._temporary.clear()
+            self._lanes_source = None
+            self._draft_sources.clear()
 
     # --- running ---------------------------------------------------------------------------------
     def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,

@@ -10,10 +10,13 @@ The same code spans hosts: the driver hosts a ``TCPStore`` at an address and por
 spawned here (``spawn=True``) or started by hand on any machine (``python -m engines.lanes.worker``,
 ``specviz lane-worker``). Workers start once and serve request after request; each loads only the
 layers its program names. Faults never hang the caller: a monitor thread watches every spawned worker's
-process and heartbeat; a worker that exits fails the driver's pending message at once, and one that
-stops answering is killed after ``hang_seconds`` (3 s by default), which fails it too — either way the
-caller gets :class:`LaneError` naming the lane. (A worker started by hand on another host cannot be
-killed from here: a hung one is caught by the transport's own timeout, ``10 × hang_seconds``.) Any failure, exception, Ctrl-C or abandoned run
+process and heartbeat; a worker that exits fails the driver's pending message at once (while the group
+forms, too), and one that stops answering is killed, which fails it too — after ``hang_seconds`` (3 s by
+default) if its process is stopped, after the transport's timeout (``10 × hang_seconds``) if it is running
+but silent (busy in a call that holds the GIL, which starves the heartbeat thread) — either way the
+caller gets :class:`LaneError` naming the lane, as it does if the monitor itself can no longer read the
+heartbeats. (A worker started by hand on another host cannot be killed from here: a hung one is caught
+by the transport's own timeout.) Any failure, exception, Ctrl-C or abandoned run
 closes the whole group — no process outlives it — and the next run starts a fresh one.
 """
 
@@ -50,13 +53,16 @@ from engines.lanes.messages import (
 from engines.lanes.serial import MessageCost
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+TRANSPORT_FACTOR = 10  # the driver's transport timeout, and a busy worker's allowance: this × hang_seconds
 
 
 @dataclass
 class LaneSpec:
     """Rank ``i`` runs on ``lanes[i]`` (``"cpuK"``: the K-th core this process may use; ``"cuda:K"``);
     rank 0 is the driver itself. ``spawn=False`` waits for workers started by hand, on any host, that
-    join ``address:port``."""
+    join ``address:port``. ``hang_seconds``: how long a stopped worker's heartbeat may be silent before it
+    is killed; a running one (busy holding the GIL) is given ``TRANSPORT_FACTOR ×`` that, the transport's
+    own timeout."""
 
     lanes: tuple[str, ...] = ("cpu0", "cpu1")
     address: str = "127.0.0.1"
@@ -129,6 +135,33 @@ def kill_process_tree(process: subprocess.Popen) -> None:
         process.kill()
     except OSError:
         pass
+
+
+def process_stopped(process: subprocess.Popen) -> bool:
+    """Whether a worker's process is stopped (``SIGSTOP``, a debugger's break): what tells a hung worker
+    from one whose heartbeat thread is only starved because its main thread holds the GIL (a long weight
+    load, a compiled call), which is running or sleeping in the OS's eyes.
+
+    POSIX: ``os.waitid(WSTOPPED | WNOHANG | WNOWAIT)``, which reports a stop without consuming it and never
+    reaps an exit (that stays ``Popen.poll()``'s), or ``ps`` where Python has no ``waitid`` (macOS before
+    3.13). Windows has no stopped state to ask about: ``False``, so a frozen worker there counts as busy
+    and is caught at the busy allowance instead."""
+    if process.poll() is not None:
+        return False
+    waitid = getattr(os, "waitid", None)
+    if waitid is not None:
+        try:
+            return waitid(os.P_PID, process.pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT) is not None
+        except OSError:  # already reaped, or not our child
+            return False
+    if os.name == "nt":
+        return False
+    try:
+        state = subprocess.run(["ps", "-o", "state=", "-p", str(process.pid)], capture_output=True, text=True,
+                               timeout=5, stdin=subprocess.DEVNULL).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return state.startswith("T")
 
 
 def lane_capacity(device: str = "cpu") -> int:
@@ -260,11 +293,38 @@ class LaneGroup:
                     raise LaneError(f"{self.name(rank)} did not join {spec.address}:{port} within {spec.start_seconds:.0f} s"
                                     + ("" if spec.spawn else " (start it with `specviz lane-worker`)"))
                 time.sleep(0.02)
-        self.group = make_group(self.store, 0, self.world, spec.lanes[0], spec.hang_seconds * 10)
+        self.group = self._form_group()
         device = torch.device(spec.lanes[0] if spec.lanes[0].startswith("cuda") else "cpu")
         self.channel = Channel(self.group, self.hidden_size, self.dtype, device, self._failed, list(range(1, self.world)))
         threading.Thread(target=self._monitor, args=(port,), name="lane-monitor", daemon=True).start()
         self._handshake()
+
+    def _form_group(self):
+        """The driver's side of the process group, formed on a helper thread while this one watches the
+        spawned workers: gloo's rendezvous blocks until every rank joins or its timeout passes (half a
+        minute, or minutes for a peer that died after posting its address), so a worker that dies now is
+        reported at once, naming its lane, instead. A helper left waiting then ends with gloo's timeout;
+        the group's store stays up until it does."""
+        formed: dict[str, object] = {}
+
+        def form():
+            try:
+                formed["group"] = make_group(self.store, 0, self.world, self.spec.lanes[0],
+                                             self.spec.hang_seconds * TRANSPORT_FACTOR)
+            except Exception as error:
+                formed["error"] = error
+
+        helper = threading.Thread(target=form, name="lane-group-setup", daemon=True)
+        helper.start()
+        while helper.is_alive():
+            self._check_processes(starting=True)
+            helper.join(0.02)
+        if "error" in formed:
+            error = formed["error"]
+            self._check_processes(starting=True)  # a worker's exit is the better explanation
+            lanes = ", ".join(self.spec.lanes)
+            raise LaneError(f"the lanes' process group did not form ({lanes}): {error}") from error
+        return formed["group"]
 
     def _spawn(self, rank: int, port: int) -> None:
         handle, name = tempfile.mkstemp(prefix=f"specviz-lane{rank}-", suffix=".log")
@@ -310,10 +370,17 @@ class LaneGroup:
     # --- health ----------------------------------------------------------------------------------
     def _monitor(self, port: int) -> None:
         """Watch the workers until the group closes: note why one failed, and kill a hung one so that the
-        driver's blocked wait on it fails instead of hanging."""
-        client = dist.TCPStore("127.0.0.1" if self.spec.spawn else self.spec.address, port, is_master=False,
-                               timeout=datetime.timedelta(seconds=10))
+        driver's blocked wait on it fails instead of hanging (:meth:`_check_silent`). If the heartbeats
+        cannot be read, fail the group saying so (:meth:`_lost_heartbeats`) rather than stop watching."""
+        address = "127.0.0.1" if self.spec.spawn else self.spec.address
+        where = f"{address}:{port}"
+        try:
+            client = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=10))
+        except Exception as error:
+            self._lost_heartbeats(where, error)
+            return
         beats: dict[int, tuple[int, float]] = {}
+        looked: dict[int, float] = {}
         while not self._stop.wait(0.05):
             now = time.monotonic()
             for rank in range(1, self.world):
@@ -323,14 +390,46 @@ class LaneGroup:
                     continue
                 try:
                     count = client.add(f"hb/{rank}", 0)
-                except Exception:
+                except Exception as error:
+                    self._lost_heartbeats(where, error)
                     return
                 seen, since = beats.get(rank, (-1, now))
                 if count != seen:
                     beats[rank] = (count, now)
-                elif now - since > self.spec.hang_seconds and process is not None:
-                    self._fault = self._fault or f"{self.name(rank)} stopped responding (no heartbeat for {now - since:.1f} s)"
-                    kill_process_tree(process)
+                elif process is not None and now >= looked.get(rank, 0.0):
+                    looked[rank] = now + 0.25  # asking the OS (a `ps` on some systems) four times a second at most
+                    self._check_silent(rank, process, now - since)
+
+    def _check_silent(self, rank: int, process: subprocess.Popen, silent: float) -> None:
+        """A worker whose heartbeat has been silent for ``silent`` seconds: hung, and killed, if its process is
+        stopped (after ``hang_seconds``) or if it stays silent past the transport's timeout. Until then a
+        running one is busy, not hung: the heartbeat is a Python thread, starved while the main thread holds
+        the GIL (a long weight load, a compiled call on a loaded machine), and killing it would fail a
+        healthy run."""
+        hang = self.spec.hang_seconds
+        if silent <= hang:
+            return
+        if silent > hang * TRANSPORT_FACTOR:
+            why = (f"running but no heartbeat for {silent:.1f} s, longer than the {hang * TRANSPORT_FACTOR:.0f} s "
+                   "a lane busy in a call that holds the GIL is given")
+        elif process_stopped(process):
+            why = f"its process is stopped; no heartbeat for {silent:.1f} s"
+        else:
+            return
+        self._fault = self._fault or f"{self.name(rank)} stopped responding ({why})"
+        kill_process_tree(process)
+
+    def _lost_heartbeats(self, where: str, error: Exception) -> None:
+        """The monitor cannot read the heartbeats: a hang would now go unseen and a wait on it block until the
+        transport's timeout. So the group fails, saying why: its spawned workers are ended, which fails a
+        pending wait at once, and the next run on this group raises the same (see :meth:`run`)."""
+        if self._stop.is_set():  # closing: the store may be going away under us
+            return
+        self._fault = self._fault or (f"the lane monitor could not read the workers' heartbeats from the store at "
+                                      f"{where} ({type(error).__name__}: {error}); with hangs no longer detected, "
+                                      "the lanes were stopped")
+        for process in self.processes.values():
+            kill_process_tree(process)
 
     def _exit_reason(self, rank: int, starting: bool = False) -> str:
         code = self.processes[rank].poll()
@@ -369,6 +468,9 @@ class LaneGroup:
         rank 0's program here, and yield what it emits plus the events the workers send back."""
         if not self.started:
             self.start()
+        if self._fault is not None:  # the monitor failed the group while it was idle: say why, start afresh next time
+            self.close()
+            raise LaneError(self._fault)
         try:
             for rank, setup in configure.items():
                 self.channel.send(rank, Message("configure", blob=setup))
