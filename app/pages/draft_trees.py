@@ -27,7 +27,8 @@ from app import tree_page as th
 from app.engine_cache import ar_baseline, engine_lock, load_engine, model_picker
 from app.prompt_picker import example_prompts, prompt_picker
 from engines.core.trace import Commit
-from engines.drafters.registry import TREE, drafters_for
+from engines.drafters.registry import TREE
+from engines.drafters.trained import drafters_for
 from engines.methods.eagle import EagleConfig
 from specviz.experiments.tree_size_sweep import tree_size_sweep
 from specviz.views.draft_trees import (
