@@ -30,14 +30,7 @@ from engines.model.layers import LayerStack
 from engines.model.loading import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from engines.model.native.step import build_id as native_build_id
 from engines.model.step_choice import describe, validate_dtype_device
-from engines.model.verify_cost import (
-    VerifyCost,
-    install_stack,
-    load_curve,
-    machine_key,
-    measure,
-    save_curve,
-)
+from engines.model.verify_cost import VerifyCost, install_stack, load_curve, machine_key, measure, save_curve
 
 
 @dataclass

@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 from PIL import Image
-from store_notebook_outputs import (
-    optimize_png,  # the same 256-colour palette as the notebooks' figures
-)
+from store_notebook_outputs import optimize_png  # the same 256-colour palette as the notebooks' figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE, TARGET = ROOT / "tests" / "artifacts", ROOT / "docs" / "screenshots"

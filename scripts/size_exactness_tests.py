@@ -18,14 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engines.core.sampling import Sampler  # noqa: E402
-from tests.exactness import (  # noqa: E402
-    PASS_P,
-    REJECT_P,
-    chi_square,
-    critical_value,
-    sample_sequences,
-    size_runs,
-)
+from tests.exactness import PASS_P, REJECT_P, chi_square, critical_value, sample_sequences, size_runs  # noqa: E402
 from tests.test_verification_rules import LENGTH, case_table, models, run_case  # noqa: E402
 
 MEASURE_RUNS = 20000

@@ -17,17 +17,7 @@ import pytest
 
 from engines import Engine
 from engines.core.trace import Trace, read_jsonl, write_jsonl
-from engines.lanes import (
-    Emit,
-    LaneClocks,
-    LaneError,
-    LaneSpec,
-    Message,
-    MessageCost,
-    Recv,
-    Send,
-    run_serial,
-)
+from engines.lanes import Emit, LaneClocks, LaneError, LaneSpec, Message, MessageCost, Recv, Send, run_serial
 from engines.lanes.runtime import PROJECT_ROOT
 from specviz.theory import ppsd_gain, ppsd_speedup
 from specviz.views.ppsd_pipeline import gantt_rows, pipeline_metrics

@@ -19,11 +19,7 @@ from engines.core.trace import Commit, DraftStep, LinkSend, Lsa, StageSpan, Veri
 from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.trained import save_trained
 from engines.network.link import PROFILES, table7_bytes
-from specviz.theory import (
-    moa_break_even_tli,
-    moa_cycle_seconds,
-    server_calls_per_answer,
-)
+from specviz.theory import moa_break_even_tli, moa_cycle_seconds, server_calls_per_answer
 from specviz.views import moa_bench_results, moa_messages
 from specviz.views import moa_runs as mv
 from tests.conftest import tiny_llama

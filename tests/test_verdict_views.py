@@ -42,18 +42,8 @@ from engines.core.trace import (
     StageSpan,
     read_jsonl,
 )
-from engines.programs.verdict.speculation_cache import (
-    geometric_fanout,
-    predicted_hit_rate,
-    uniform_fanout,
-)
-from specviz.theory import (
-    law_tokens_per_s,
-    mirror_speedup_vs_sd,
-    mirror_step_time,
-    ssd_round_time,
-    ssd_speedup_vs_sd,
-)
+from engines.programs.verdict.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
+from specviz.theory import law_tokens_per_s, mirror_speedup_vs_sd, mirror_step_time, ssd_round_time, ssd_speedup_vs_sd
 from specviz.views import mirror_sd, ssd, verdict_gantt
 from specviz.views import verdict_metrics as vv
 

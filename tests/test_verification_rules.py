@@ -43,14 +43,7 @@ from engines.core.draft_tree import DraftTreeNodes, TreeNode
 from engines.core.sampling import Sampler
 from engines.methods.cats import correction_tree
 from engines.programs.verdict.speculation_cache import saguaro
-from tests.exactness import (
-    PASS_P,
-    REJECT_P,
-    TableModel,
-    chi_square,
-    critical_value,
-    sample_sequences,
-)
+from tests.exactness import PASS_P, REJECT_P, TableModel, chi_square, critical_value, sample_sequences
 
 VOCAB = 4
 LENGTH = 3  # committed tokens compared per run: 4³ = 64 sequences

@@ -5,14 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from engines import Engine
-from engines.model.kernels import (
-    KERNELS,
-    KernelPlan,
-    PlannedLinear,
-    available_kernels,
-    install,
-    uninstall,
-)
+from engines.model.kernels import KERNELS, KernelPlan, PlannedLinear, available_kernels, install, uninstall
 from engines.model.layers import LayerStack
 from engines.model.verify_cost import VerifyCost, load_curve, measure, save_curve
 from tests.conftest import tiny_llama

@@ -16,15 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable
 
-from engines.core.trace import (
-    Commit,
-    Event,
-    LinkSend,
-    Prefill,
-    RunEnd,
-    RunStart,
-    StreamChunk,
-)
+from engines.core.trace import Commit, Event, LinkSend, Prefill, RunEnd, RunStart, StreamChunk
 
 
 @dataclass

@@ -42,14 +42,7 @@ import torch.distributed as dist
 
 from engines.core.trace import Trace, event_from_dict
 from engines.lanes.channel import Channel
-from engines.lanes.messages import (
-    Emit,
-    LaneError,
-    LanesUnavailable,
-    Message,
-    Recv,
-    Send,
-)
+from engines.lanes.messages import Emit, LaneError, LanesUnavailable, Message, Recv, Send
 from engines.lanes.serial import MessageCost
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -26,13 +26,7 @@ import torch.distributed as dist
 
 from engines.lanes.channel import Channel
 from engines.lanes.messages import Emit, LaneError, Message, Recv, Send
-from engines.lanes.runtime import (
-    can_pin,
-    heartbeat,
-    lane_core,
-    make_group,
-    require_lanes,
-)
+from engines.lanes.runtime import can_pin, heartbeat, lane_core, make_group, require_lanes
 from engines.lanes.serial import Lane
 
 IDLE_FOREVER = 30 * 24 * 3600.0  # seconds

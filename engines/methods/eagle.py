@@ -29,18 +29,8 @@ from engines.core.trace import Event
 from engines.drafters.heads import SharedHead
 from engines.drafters.registry import TREE
 from engines.drafters.trained import drafters_for, shipped_kind
-from engines.drafters.tree_drafters import (
-    EagleTreeDrafter,
-    ExitTreeDrafter,
-    ModelTreeDrafter,
-)
-from engines.methods.base import (
-    AUTO,
-    Method,
-    int_or_auto,
-    require_int,
-    require_int_or_auto,
-)
+from engines.drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
+from engines.methods.base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
 from engines.methods.link_config import LinkConfig
 from engines.model.layers import LayerStack
 from engines.programs.client_server import client_server_decode

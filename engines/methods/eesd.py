@@ -16,14 +16,7 @@ from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import EarlyExitDrafter
 from engines.drafters.trained import exit_head_name
-from engines.methods.base import (
-    Method,
-    MethodConfig,
-    decode_chain,
-    int_or_auto,
-    require_int,
-    require_int_or_auto,
-)
+from engines.methods.base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
 HEADS = ("none", "norm", "layer", "cats")
 

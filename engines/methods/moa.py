@@ -21,14 +21,7 @@ from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters.moa_drafter import MoADrafter
 from engines.drafters.moa_head import moa_name
-from engines.methods.base import (
-    AUTO,
-    Method,
-    decode_chain,
-    int_or_auto,
-    require_int,
-    require_int_or_auto,
-)
+from engines.methods.base import AUTO, Method, decode_chain, int_or_auto, require_int, require_int_or_auto
 from engines.methods.link_config import LinkConfig
 from engines.programs.client_server import client_server_decode
 from engines.programs.tree import MAX_TREE_NODES, tree_decode

@@ -8,14 +8,7 @@ from typing import Iterator
 from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters import PromptLookupDrafter
-from engines.methods.base import (
-    Method,
-    MethodConfig,
-    decode_chain,
-    int_or_auto,
-    require_int,
-    require_int_or_auto,
-)
+from engines.methods.base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 
 
 @dataclass

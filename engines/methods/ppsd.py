@@ -24,13 +24,7 @@ from engines.core.trace import Event
 from engines.drafters.trained import available, exit_head_name
 from engines.lanes import Lane, LaneClocks, default_lanes, pinned, run_serial
 from engines.methods.base import Method, MethodConfig, require_int
-from engines.programs.pipeline import (
-    StagePiece,
-    first_stage,
-    later_stage,
-    stage_bounds,
-    stage_count,
-)
+from engines.programs.pipeline import StagePiece, first_stage, later_stage, stage_bounds, stage_count
 
 HEADS = ("layer", "norm", "none")
 MODES = ("lanes", "serial", "virtual")

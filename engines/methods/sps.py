@@ -21,14 +21,7 @@ from engines.drafters import EagleDrafter, ModelDrafter, StreamingDrafter
 from engines.drafters.heads import SharedHead
 from engines.drafters.registry import SPS, drafter_kind_names
 from engines.drafters.trained import drafters_for, shipped_kind
-from engines.methods.base import (
-    Method,
-    MethodConfig,
-    decode_chain,
-    int_or_auto,
-    require_int,
-    require_int_or_auto,
-)
+from engines.methods.base import Method, MethodConfig, decode_chain, int_or_auto, require_int, require_int_or_auto
 from engines.model.layers import LayerStack
 
 

@@ -23,10 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.llama.modeling_llama import (
-    eager_attention_forward,
-    rotate_half,
-)
+from transformers.models.llama.modeling_llama import eager_attention_forward, rotate_half
 
 from engines.model import small_m_kernel
 

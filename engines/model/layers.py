@@ -14,16 +14,8 @@ import os
 import torch
 from torch import nn
 
-from engines.model.exact_numerics import (
-    default_row_invariant,
-    use_row_invariant_attention,
-)
-from engines.model.fused_layer import (
-    FusedLlamaLayer,
-    LazyFusedLayer,
-    Projection,
-    rms_norm,
-)
+from engines.model.exact_numerics import default_row_invariant, use_row_invariant_attention
+from engines.model.fused_layer import FusedLlamaLayer, LazyFusedLayer, Projection, rms_norm
 from engines.model.kernels import KernelPlan, install
 from engines.model.kv_cache import KVCache
 from engines.model.native.step import NativeStep, native_pass

@@ -23,14 +23,7 @@ import torch
 from engines.core.acceptance import judge_token
 from engines.core.context import DecodeContext, Transcript
 from engines.core.sampling import Sampler
-from engines.core.trace import (
-    ActivationSend,
-    Check,
-    Flush,
-    KvTruncate,
-    Prefill,
-    StageCompute,
-)
+from engines.core.trace import ActivationSend, Check, Flush, KvTruncate, Prefill, StageCompute
 from engines.drafters.base import sample_draft_token
 from engines.lanes import Emit, Lane, Message, Recv, Send
 from engines.model.kv_cache import KVCache

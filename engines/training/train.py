@@ -18,23 +18,10 @@ from typing import Callable
 import torch
 
 from engines.drafters.heads import EagleHead, ExitLayerHead, ExitNormHead, _layer_like
-from engines.drafters.moa_head import (
-    MoAHead,
-    block_memory_mask,
-    block_starts,
-    layer_kv_rows,
-    mixed_attention_layer,
-)
+from engines.drafters.moa_head import MoAHead, block_memory_mask, block_starts, layer_kv_rows, mixed_attention_layer
 from engines.drafters.streaming import StreamingDraft
 from engines.model.layers import LayerStack
-from engines.training.data import (
-    Batch,
-    batches,
-    distill_loss,
-    teacher,
-    topk_distill_loss,
-    vocab_index,
-)
+from engines.training.data import Batch, batches, distill_loss, teacher, topk_distill_loss, vocab_index
 
 
 @dataclass

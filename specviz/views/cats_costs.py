@@ -8,13 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Sequence
 
-from engines.core.trace import (
-    Commit,
-    Event,
-    RunEnd,
-    StageSpan,
-    StreamChunk,
-)
+from engines.core.trace import Commit, Event, RunEnd, StageSpan, StreamChunk
 
 from ..theory import bytes_per_token, cats_cycle_seconds, cats_speedup, streamed_pass_seconds
 from .cats_cycles import MB, chunk_cycles, cycle_bounds, decode_bytes_per_token, deep_layer_start, run_start

@@ -11,14 +11,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.core.trace import (
-    BranchRollout,
-    CacheLookup,
-    Commit,
-    EeMessage,
-    Event,
-    ReuseDecision,
-)
+from engines.core.trace import BranchRollout, CacheLookup, Commit, EeMessage, Event, ReuseDecision
 
 from ..theory import mirror_step_time
 from .verdict_metrics import HIT_GREEN, MISS_RED, _empty, run_config, verdict_metrics, verdict_rounds

@@ -12,11 +12,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.core.trace import (
-    Commit,
-    Event,
-    RunEnd,
-)
+from engines.core.trace import Commit, Event, RunEnd
 
 from .moa_runs import INF_KEYS, LOSSY, _last, _of
 

@@ -11,25 +11,11 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from engines.core.trace import (
-    Event,
-    LinkSend,
-    Verification,
-)
+from engines.core.trace import Event, LinkSend, Verification
 from engines.network.link import PROFILES, table7_bytes, transfer_seconds
 
 from ..theory import moa_break_even_tli, moa_cycle_seconds
-from .moa_runs import (
-    DOWN_COLOUR,
-    LSA_COLOUR,
-    UP_COLOUR,
-    _of,
-    family,
-    is_lossy,
-    run_name,
-    run_tli,
-    verification_rounds,
-)
+from .moa_runs import DOWN_COLOUR, LSA_COLOUR, UP_COLOUR, _of, family, is_lossy, run_name, run_tli, verification_rounds
 
 # --- (3) message sizes: Table 7 and what crossed the link ----------------------------------------------
 HEADER_BYTES = 4  # engines.network.link's header: kind, count, width

@@ -12,17 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Sequence
 
-from engines.core.trace import (
-    Check,
-    Commit,
-    Event,
-    Flush,
-    Prefill,
-    RunEnd,
-    RunStart,
-    StageCompute,
-    StageSpan,
-)
+from engines.core.trace import Check, Commit, Event, Flush, Prefill, RunEnd, RunStart, StageCompute, StageSpan
 
 FATES = ("prefill", "accepted", "rejected", "flushed", "unused")
 

@@ -16,15 +16,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.core.trace import (
-    Commit,
-    DraftTree,
-    Event,
-    Prefill,
-    RunStart,
-    StageSpan,
-    Verification,
-)
+from engines.core.trace import Commit, DraftTree, Event, Prefill, RunStart, StageSpan, Verification
 
 from .tokens import FATE_COLOURS
 

@@ -13,11 +13,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engines.core.trace import (
-    CacheBuild,
-    CacheLookup,
-    Event,
-)
+from engines.core.trace import CacheBuild, CacheLookup, Event
 from engines.programs.verdict.speculation_cache import (
     acceptance_law,
     fit_power_law,

@@ -9,12 +9,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from engines.core.trace import (
-    Event,
-    Prefill,
-    RunStart,
-    StageSpan,
-)
+from engines.core.trace import Event, Prefill, RunStart, StageSpan
 
 from .verdict_metrics import (
     DRAFT_Y,

@@ -176,11 +176,7 @@ def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0,
 # --- SSD's fan-out (paper 002; docs/mirror-and-ssd.md) -----------------------------------------------
 def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
     """The two fan-outs and their predicted hit rates, as one line of HTML."""
-    from engines.programs.verdict.speculation_cache import (
-        geometric_fanout,
-        predicted_hit_rate,
-        uniform_fanout,
-    )
+    from engines.programs.verdict.speculation_cache import geometric_fanout, predicted_hit_rate, uniform_fanout
 
     geometric = geometric_fanout(lookahead, budget, a_p, r)
     uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
