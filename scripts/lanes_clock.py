@@ -17,8 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from engines import Engine
-from engines.core.trace import Trace
+from engines import Engine, Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = {"ppsd": {"mode": "lanes"}, "mirror": {"mode": "lanes"}, "ssd": {"mode": "lanes"}}
