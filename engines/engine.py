@@ -50,8 +50,8 @@ class Engine:
         fp32 (see :meth:`engines.model.layers.LayerStack.use_fp32_head`). ``row_invariant``: verify n tokens
         with the bits n one-token steps would give (see :mod:`engines.model.exact_numerics`); ``None`` turns it
         on for 16-bit dtypes on the CPU, where it keeps greedy output equal to ``ar``'s at no cost.
-        ``fused``: run the layers through :class:`~engines.model.fused_layer.FusedLlamaLayer` (the same bits, faster);
-        ``False`` runs the Hugging Face layers as they are."""
+        ``fused``: run the layers through :class:`~engines.model.fused_layer.FusedLlamaLayer` (the same bits,
+        faster); ``False`` runs the Hugging Face layers as they are."""
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -85,8 +85,6 @@ class Engine:
     @property
     def step_description(self) -> str:
         """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.model.step_choice`)."""
-
-
         if not self._fused:
             return f"{self.dtype} through Hugging Face's layers (fused=False)"
         return describe(self.dtype, self.name, native=self.target.native is not None)

@@ -20,7 +20,8 @@ of a point mass stays that point mass, so the next token is the argmax. No rando
 Two other rules share the walk: ``token_match`` (Mirror-SD's Eq. 3/11: draw the target's own token at
 each reached node and keep the child equal to it; lossless, accepts less often) and ``typical``
 (Medusa's typical acceptance, CATS's relaxed mode: a child is kept when p(c) > min(ε, δ·exp(−H(p)));
-LOSSY when sampling). At T = 0 both are the greedy walk. Every uniform of a round is drawn up front, one per node, so a round waits on the device once.
+LOSSY when sampling). At T = 0 both are the greedy walk. Every uniform of a round is drawn up front, one
+per node, so a round waits on the device once.
 """
 
 from __future__ import annotations
@@ -67,11 +68,6 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor | None, token: int | 
     return residual / total if total > 0 else p
 
 
-def point_mass(token: int, like: torch.Tensor) -> torch.Tensor:
-    """A proposal that always drafts ``token``: one-hot, shaped and typed like ``like``."""
-    return torch.nn.functional.one_hot(torch.tensor(token, device=like.device), like.shape[-1]).to(like.dtype)
-
-
 def judge(tree: DraftTreeNodes, target_logits: torch.Tensor, sampler: Sampler, rule: str = "exact",
           bonus: bool = True) -> Verdict:
     """Judge a draft tree. ``target_logits`` ``[1 + n, V]``: row 0 after the root, row 1 + i after node i.
@@ -102,8 +98,8 @@ def judge_chain(tokens: list[int], probs: torch.Tensor | None, target_logits: to
 
 
 def judge_token(token: int, target_logits: torch.Tensor, q: torch.Tensor | None, sampler: Sampler) -> tuple[int, bool]:
-    """One drafted token against the target's logits ``[V]`` after it: the token committed at its position
-    and whether it is the draft."""
+    """One drafted token against the target's logits ``[V]`` at its position (the row that predicts it): the
+    token committed there and whether it is the draft."""
     verdict = judge(chain_tree([token], None if q is None else q[None]), target_logits[None], sampler, bonus=False)
     return (token, True) if verdict.n_accepted else (verdict.next_token, False)
 

@@ -63,7 +63,8 @@ def observe_rows(drafter, seen: dict[int, torch.Tensor]) -> Observer | None:
     return lambda rows: drafter.observe({layer: h.index_select(1, rows) for layer, h in seen.items()}, len(rows))
 
 
-def draft_event(t: float, round_: int, drafter: str, tree: DraftTreeNodes, sent: Iterable[int] | None = None) -> DraftTree:
+def draft_event(t: float, round_: int, drafter: str, tree: DraftTreeNodes,
+                sent: Iterable[int] | None = None) -> DraftTree:
     """The round's draft as the trace shows it; ``sent`` marks the nodes verified (all when None)."""
     sent = set(range(len(tree))) if sent is None else set(sent)
     nodes = [{"id": i, "parent": n.parent, "token": n.token, "logprob": n.logprob, "depth": n.depth,

@@ -21,7 +21,8 @@ MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.conte
 
 def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
                 verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
-    """``total_tokens=None`` sizes every tree with :class:`~engines.drafters.tree_growth.TreeSizer` on ``verify_seconds``."""
+    """``total_tokens=None`` sizes every tree with :class:`~engines.drafters.tree_growth.TreeSizer` on
+    ``verify_seconds``."""
     trace = ctx.trace
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache, out, opening = open_with_drafter(ctx, drafter)
