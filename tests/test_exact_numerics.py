@@ -81,6 +81,22 @@ def test_the_largest_verification_validation_allows_is_row_invariant(model):
     assert torch.equal(chunked, stepped), f"max diff {(chunked - stepped).abs().max()}"
 
 
+def test_bf16_greedy_at_the_largest_gamma_validation_allows_equals_ar(model):
+    """A self-draft of one layer at γ = 64 (each round verifies all 1 + 64 rows) writes what ``ar`` writes on
+    PyTorch's path (at MAX_EXACT_ROWS = 64 it parted from ``ar`` here). The native step is row-invariant for
+    any number of rows by construction (``tests/test_native_step.py``)."""
+    from engines.core.context import DRAFT_MARGIN
+
+    engine = Engine(model, row_invariant=True)
+    engine.target.use_native(False)
+    prompt = torch.randint(0, 512, (24,), generator=torch.Generator().manual_seed(3)).tolist()
+    tokens = 80  # the prefill's token, a round of 64 drafts and its own token, then the rest
+    reference = engine.run(prompt, "ar", max_new_tokens=tokens).token_ids
+    run = engine.run(prompt, "sps", max_new_tokens=tokens, gamma=DRAFT_MARGIN, draft_layers=1)
+    assert run.token_ids == reference
+    assert max(e.drafted for e in run.events if e.kind == "commit") == DRAFT_MARGIN
+
+
 def test_tree_rows_equal_the_steps_along_their_path(model):
     engine = Engine(model, row_invariant=True)
     engine.target.use_native(False)
