@@ -289,6 +289,17 @@ def rounds_with(events: Sequence[Event], cls) -> list[int]:
     return sorted({e.round for e in events if isinstance(e, cls)})
 
 
+def round_slider(events: Sequence[Event], cls, title: str, key: str) -> int | None:
+    """A round picker under ``title`` over the rounds with a ``cls`` event, opening on :func:`default_round`;
+    ``None`` (and nothing drawn) when there is none."""
+    rounds = rounds_with(events, cls)
+    if not rounds:
+        return None
+    st.subheader(title)
+    first = default_round(events, cls)
+    return st.select_slider("round", rounds, value=first, key=key) if len(rounds) > 1 else rounds[0]
+
+
 def default_round(events: Sequence[Event], cls) -> int | None:
     """The round a view opens on: the last one with an event of type ``cls`` whose verdict is known (a cache
     lookup), so the realized outcome shows; else the last one with ``cls``."""

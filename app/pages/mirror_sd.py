@@ -98,12 +98,9 @@ vp.run(page, options, lambda events: mirror_sd.hypothesis_grid(events, token_tex
 # --- results ------------------------------------------------------------------------------------
 def show_round(record: dict) -> None:
     events = record["runs"][record["main"]]["events"]
-    rounds = vp.rounds_with(events, EeMessage)
-    if not rounds:
+    chosen = vp.round_slider(events, EeMessage, "One round's bet: the hypothesis grid", f"{P}round")
+    if chosen is None:
         return
-    st.subheader("One round's bet: the hypothesis grid")
-    first = vp.default_round(events, EeMessage)
-    chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
     st.plotly_chart(mirror_sd.hypothesis_grid(events, chosen, token_text=token_text), key=f"{P}grid")
     overlap = mirror_sd.overlap_rate(events)
     if overlap["omega"] is not None:

@@ -97,12 +97,9 @@ vp.run(page, options, lambda events: ssd_views.ssd_cache_table(events, token_tex
 # --- results ------------------------------------------------------------------------------------
 def show_cache(record: dict) -> None:
     events = record["runs"][record["main"]]["events"]
-    rounds = vp.rounds_with(events, CacheBuild)
-    if not rounds:
+    chosen = vp.round_slider(events, CacheBuild, "The speculation cache, round by round", f"{P}round")
+    if chosen is None:
         return
-    st.subheader("The speculation cache, round by round")
-    first = vp.default_round(events, CacheBuild)
-    chosen = st.select_slider("round", rounds, value=first, key=f"{P}round") if len(rounds) > 1 else rounds[0]
     st.plotly_chart(ssd_views.ssd_cache_table(events, chosen, token_text=token_text), key=f"{P}cache")
 
 

@@ -90,9 +90,12 @@ class DraftTreeNodes:
         return [-1] + [n.parent + 1 for n in self.nodes]
 
 
-def keep_path(cache: KVCache, prefix: int, path: list[int]) -> None:
-    """Compact a cache that holds [root] + nodes after ``prefix``: keep the root and the accepted path."""
-    cache.keep(prefix, [0] + [node + 1 for node in path])
+def keep_path(cache: KVCache, prefix: int, path: list[int]) -> list[int]:
+    """Compact a cache that holds [root] + nodes after ``prefix``: keep the root and the accepted path. Returns
+    the kept rows of that forward (root first), which a drafter observing the target's states needs too."""
+    kept = [0] + [node + 1 for node in path]
+    cache.keep(prefix, kept)
+    return kept
 
 
 def tree_mask_over(prefix: int, slots: int, ancestors: list[list[int]], dtype: torch.dtype, device) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 
 from engines.core.acceptance import Verdict, judge
 from engines.core.context import DecodeContext, Transcript, drafter_events
-from engines.core.draft_tree import DraftTreeNodes
+from engines.core.draft_tree import DraftTreeNodes, keep_path
 from engines.core.rejection_view import draft_q, rejection_view
 from engines.core.trace import DraftTree, Event, KvRollback, Verification
 from engines.model.kv_cache import KVCache
@@ -39,8 +39,7 @@ def close_round(ctx: DecodeContext, out: Transcript, cache: KVCache, round_: int
     where the tokens are committed (client–server: over the link) and returns the tokens as received."""
     trace = ctx.trace
     verdict = judge(tree, logits, ctx.sampler, rule)
-    kept = [0] + [node + 1 for node in verdict.path]
-    cache.keep(len(out.ids) - 1, kept)
+    kept = keep_path(cache, len(out.ids) - 1, verdict.path)
     if observe is not None:
         observe(torch.tensor(kept, device=logits.device))
         yield from drafter_events(ctx, drafter, "observe", round_)
