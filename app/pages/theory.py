@@ -12,6 +12,7 @@ import streamlit as st
 
 from app import live as lv
 from app.engine_cache import model_picker
+from specviz.notation import notation_table
 from specviz.theory import heldout_topk_agreement, rank_probabilities
 from specviz.views.chain import chain_theory_on_curve_figure, kernel_curves_figure
 from specviz.views.ppsd_theory import formula_figure, formula_readout
@@ -23,6 +24,8 @@ st.title("📐 Theory, on this machine")
 
 with st.sidebar:
     dtype, engine = model_picker("theory:")
+with st.expander("Notation (the same in the notebooks and docs/notation.md)"):
+    st.markdown(notation_table())
 with st.spinner("Measuring what a target forward over 1…16 tokens costs here (once per machine and dtype)…"):
     curve = engine.verify_cost()
 

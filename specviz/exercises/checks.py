@@ -1,4 +1,4 @@
-"""Checking cells for the notebooks' "your turn" exercises.
+"""The generic checks behind the notebooks' "your turn" exercises: a number, a choice, a piece of code.
 
 Every exercise cell starts with ``answer = None`` so the notebook runs top to bottom (and under nbmake)
 before anyone has answered: an unanswered exercise prints what to do and returns ``None`` rather than
