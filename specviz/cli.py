@@ -120,6 +120,43 @@ def distill_command(args) -> int:
     return 0
 
 
+def parse_chunks(text: str) -> list[int]:
+    """'3' → [3]; '0-9' → 0…9; '0,2,5' → [0, 2, 5]."""
+    chunks: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            chunks += list(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(f"chunks must look like '3', '0-9' or '0,2,5', got {text!r}") from None
+    if not chunks or min(chunks) < 0:
+        raise ValueError(f"chunks must name chunk numbers >= 0, got {text!r}")
+    return sorted(set(chunks))
+
+
+def corpus_command(args) -> int:
+    import time
+
+    from engines.training.corpus import parse_modes
+    from engines.training.corpus_chunks import build_chunk, summary
+    from engines.training.prompt_synthesis import seed_topics
+    from engines.training.recipes import DEFAULT_CORPUS
+
+    from .distill_prompts import check_no_overlap, load_seeds
+
+    chunks, modes = parse_chunks(args.chunks), parse_modes(args.modes)
+    out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "v2"
+    topics = seed_topics(load_seeds())
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    for k in chunks:
+        began = time.perf_counter()
+        path = build_chunk(engine, out, k, args.prompts_per_chunk, modes, topics, args.seed, args.batch_size,
+                           args.max_new_tokens, check=check_no_overlap)
+        print(f"chunk {k}: {path} ({time.perf_counter() - began:.0f} s)", flush=True)
+    print(json.dumps(summary(out), indent=1))
+    return 0
+
+
 def train_command(args) -> int:
     import torch
     from tqdm.auto import tqdm
@@ -259,7 +296,7 @@ def lane_worker_command(args) -> int:
     os._exit(0)  # as `python -m engines.lanes.worker` does: gloo's receives are still posted
 
 
-COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "disconnection": disconnection_command, "train": train_command,
+COMMANDS = {"lane-worker": lane_worker_command, "lanes-physics": lanes_physics_command, "verify-cost": verify_cost_command, "generate": generate_command, "bench": bench_command, "distill": distill_command, "corpus": corpus_command, "disconnection": disconnection_command, "train": train_command,
             "agreement": agreement_command}
 
 

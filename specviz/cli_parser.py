@@ -130,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
     distill.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
+    corpus = commands.add_parser("corpus", help="build the chunked distillation corpus: prompts and answers by the "
+                                                "target, one resumable chunk at a time (data/distill/v2)")
+    corpus.add_argument("--out", default=None, help="default data/distill/v2 (finished chunks are kept)")
+    corpus.add_argument("--chunks", default="0-9", help="chunk numbers to make: '3', '0-9' or '0,2,5'")
+    corpus.add_argument("--prompts-per-chunk", type=int, default=1200)
+    corpus.add_argument("--modes", default="greedy,sample@0.7,sample@0.8,sample@0.9,sample@1.0",
+                        help="greedy and/or sample@T with T in [0.7, 1.0]")
+    corpus.add_argument("--max-new-tokens", type=int, default=160)
+    corpus.add_argument("--batch-size", type=int, default=64, help="sequences generated together (CPU 32–64, GPU 512+)")
+    corpus.add_argument("--seed", type=int, default=0)
+    corpus.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    corpus.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
     train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats", "moa"])
     train.add_argument("--corpus", default=None, help="default data/distill/corpus.jsonl")

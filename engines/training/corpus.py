@@ -48,7 +48,12 @@ def parse_modes(text: str) -> list[Mode]:
 
 
 def read_corpus(path: str | Path) -> list[dict]:
+    """A corpus file (JSON lines), or a folder of finished chunks (engines/training/corpus_chunks.py)."""
     path = Path(path)
+    if path.is_dir():
+        from engines.training.corpus_chunks import finished_chunks, read_jsonl_gz
+
+        return [record for chunk in finished_chunks(path) for record in read_jsonl_gz(chunk)]
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,87 @@
+"""A distillation corpus built a chunk at a time: ten times the data without one ten-hour run.
+
+Chunk k holds prompts k·P … (k+1)·P − 1 (written by the target, engines/training/prompt_synthesis.py)
+and the target's answers to them in every mode. A chunk is rebuilt alone from (seed, k), so chunks can be
+made on different days, on a CPU or a lent GPU, and a stopped chunk resumes: its prompts are kept once
+written, its answers are appended batch by batch (engines/training/corpus.py) and only a finished chunk is
+compressed to ``chunk-NNN.jsonl.gz``. Readers (``read_corpus``) take the folder and see every finished chunk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterable
+
+from engines.training.corpus import Mode, build_corpus
+from engines.training.prompt_synthesis import synthesize
+
+CHUNK = "chunk-{:03d}"
+
+
+def chunk_path(folder: Path, k: int) -> Path:
+    return folder / f"{CHUNK.format(k)}.jsonl.gz"
+
+
+def _write_gz(path: Path, lines: Iterable[str]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as sink:
+        for line in lines:
+            sink.write(line.rstrip("\n") + "\n")
+    os.replace(tmp, path)  # a chunk exists whole or not at all
+
+
+def read_jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as source:
+        return [json.loads(line) for line in source if line.strip()]
+
+
+def finished_chunks(folder: Path) -> list[Path]:
+    return sorted(Path(folder).glob("chunk-[0-9][0-9][0-9].jsonl.gz"))
+
+
+def build_chunk(engine, folder: Path, k: int, prompts_per_chunk: int, modes: list[Mode], topics: list[str],
+                seed: int = 0, batch_size: int = 64, max_new_tokens: int = 160,
+                check: Callable[[list[dict]], None] | None = None, progress: bool = True) -> Path:
+    """Make chunk ``k`` unless it is finished; ``check`` vets the prompts (e.g. no evaluation prompt)."""
+    if prompts_per_chunk < 1 or k < 0:
+        raise ValueError(f"prompts_per_chunk must be >= 1 and k >= 0, got {prompts_per_chunk} and {k}")
+    folder.mkdir(parents=True, exist_ok=True)
+    final = chunk_path(folder, k)
+    if final.exists():
+        return final
+    prompts_file = folder / f"{CHUNK.format(k)}.prompts.jsonl.gz"
+    if prompts_file.exists():
+        prompts = read_jsonl_gz(prompts_file)
+    else:
+        indices = range(k * prompts_per_chunk, (k + 1) * prompts_per_chunk)
+        prompts = synthesize(engine, indices, topics, seed, batch_size)
+        if check is not None:
+            check(prompts)
+        _write_gz(prompts_file, (json.dumps(p) for p in prompts))
+    partial = folder / f"{CHUNK.format(k)}.partial.jsonl"
+    build_corpus(engine, prompts, partial, modes, max_new_tokens, batch_size, seed + 104_729 * k, progress)
+    _write_gz(final, partial.read_text().splitlines())
+    partial.unlink()
+    return final
+
+
+def summary(folder: Path) -> dict:
+    """Size and make-up of the finished chunks (docs/training.md's table)."""
+    records = prompts = tokens = 0
+    by_category: Counter = Counter()
+    by_mode: Counter = Counter()
+    for path in finished_chunks(folder):
+        for record in read_jsonl_gz(path):
+            n = len(record["answer_ids"])
+            records += 1
+            tokens += n
+            by_category[record["category"]] += n
+            by_mode[record["mode"]] += n
+        prompts_file = path.with_name(path.name.replace(".jsonl.gz", ".prompts.jsonl.gz"))
+        prompts += len(read_jsonl_gz(prompts_file)) if prompts_file.exists() else 0
+    return {"chunks": len(finished_chunks(folder)), "prompts": prompts, "answers": records, "answer_tokens": tokens,
+            "tokens_by_category": dict(by_category), "tokens_by_mode": dict(by_mode)}

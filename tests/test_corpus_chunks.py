@@ -1,0 +1,60 @@
+"""The chunked distillation corpus: prompts the target writes, chunk files, resumable reading (no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engines.training.corpus import read_corpus
+from engines.training.corpus_chunks import _write_gz, chunk_path, summary
+from engines.training.prompt_synthesis import CATEGORIES, compose, plan
+from specviz.cli import parse_chunks
+
+TOPICS = ["volcanoes", "the water cycle", "a rainy market"]
+
+
+def test_a_prompt_is_planned_from_its_seed_and_index_alone():
+    assert plan(7, TOPICS, seed=1) == plan(7, TOPICS, seed=1)
+    assert [plan(i, TOPICS, 0).category for i in range(6)] == list(CATEGORIES)
+    assert len({plan(i, TOPICS, 0).topic for i in range(60)}) > len(TOPICS)  # angles multiply the topics
+    with pytest.raises(ValueError, match="topics"):
+        plan(0, [], 0)
+
+
+@pytest.mark.parametrize("category, written, usable", [
+    ("qa", "Why do volcanoes erupt so violently?\nSome more text", True),
+    ("qa", "Volcanoes are mountains.", False),  # not a question
+    ("multi_turn", "How does the water cycle start?", True),
+    ("rag", "Paragraph 1: Volcanoes form at plate edges.\nParagraph 2: Lava cools into rock.\n"
+            "Question: Where do volcanoes form?", True),
+    ("rag", "Volcanoes form at plate edges.", False),
+    ("summarization", "A new study of volcanoes found that eruptions can be predicted days ahead.", True),
+    ("translation", "", False),
+])
+def test_the_targets_text_becomes_a_prompt_or_is_skipped(category, written, usable):
+    index = CATEGORIES.index(category)
+    prompt = compose(plan(index, TOPICS, 0), written)
+    assert (prompt is not None) == usable
+    if usable:
+        assert prompt["category"] == category and all(turn.strip() for turn in prompt["turns"])
+        assert len(prompt["turns"]) == (2 if category == "multi_turn" else 1)
+
+
+def test_chunks_parse_and_reject_nonsense():
+    assert parse_chunks("3") == [3]
+    assert parse_chunks("0-2,5") == [0, 1, 2, 5]
+    for bad in ("", "a", "-1", "2-x"):
+        with pytest.raises(ValueError, match="chunks"):
+            parse_chunks(bad)
+
+
+def test_a_folder_of_finished_chunks_reads_as_one_corpus(tmp_path):
+    records = [{"id": f"s-{i:06d}", "category": "qa", "mode": "greedy", "turn": 0, "prompt_ids": [1, 2],
+                "answer_ids": list(range(i + 1))} for i in range(4)]
+    _write_gz(chunk_path(tmp_path, 0), (json.dumps(r) for r in records[:2]))
+    _write_gz(chunk_path(tmp_path, 1), (json.dumps(r) for r in records[2:]))
+    (tmp_path / "chunk-002.partial.jsonl").write_text(json.dumps(records[0]) + "\n")  # unfinished: not read
+    assert read_corpus(tmp_path) == records
+    made = summary(tmp_path)
+    assert made["chunks"] == 2 and made["answers"] == 4 and made["answer_tokens"] == 1 + 2 + 3 + 4
