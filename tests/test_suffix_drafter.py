@@ -119,6 +119,22 @@ def test_greedy_equals_ar(engine, method, options):
     assert len(engine.suffix_corpus) >= 2
 
 
+def test_the_match_view_builds_from_a_run(engine):
+    from specviz.views.suffix_match import match_summary, suffix_match_figure, suffix_matches
+
+    engine.run(PROMPTS[0], "ar", max_new_tokens=24)  # an earlier answer for the corpus
+    result = engine.run(PROMPTS[0] + [3], "sps", draft="suffix", gamma=4, max_new_tokens=24)
+    rows = suffix_matches(result.events)
+    committed = [e for e in result.events if e.kind == "commit"]
+    assert sum(r["outcome"] == "accepted" for r in rows) == sum(c.accepted for c in committed) > 0
+    assert {r["origin"] for r in rows} <= {"prompt", "answer", "corpus"} and all(r["length"] >= 1 for r in rows)
+    summary = match_summary(rows)
+    assert sum(s["drafted"] for s in summary.values()) == len(rows)
+    figure = suffix_match_figure(result.events)
+    assert len(figure.data) >= 5 and "copied from" in figure.layout.annotations[0].text
+    assert "No suffix drafts" in suffix_match_figure(engine.run(PROMPTS[0], "ar", max_new_tokens=4).events).layout.title.text
+
+
 # --- exactness under sampling -----------------------------------------------------------------------------
 TABLE_PROMPT = [0, 1, 2, 0, 1, 3, 0, 1, 2, 3, 1, 0]
 TABLE_CORPUS = SuffixCorpus()
