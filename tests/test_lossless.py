@@ -18,7 +18,7 @@ CASES = [
     pytest.param("eesd", {"gamma": 5, "exit_layer": 24}, marks=pytest.mark.slow),  # a 24-layer exit, 15 s
     ("pld", {"gamma": "auto"}),
     ("sps", {"draft": "suffix"}),
-    ("eagle", {"merge_suffix": True}),
+    pytest.param("eagle", {"merge_suffix": True}, marks=pytest.mark.slow),  # the tiny-model test covers merging
     ("sps", {"gamma": "auto", "draft": "eagle"}),
     ("eesd", {"gamma": "auto", "exit_layer": 8, "head": "layer"}),
     ("eagle", {}),
