@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from engines import METHODS
 from engines.drafters.moa_head import moa_name
-from engines.drafters.registry import MOA, SPS, TREE, VERDICT, drafter_kind_names
+from engines.drafters.registry import MOA, SPS, TREE, VERDICT, drafter_kind_names, model_free_drafters
 from engines.drafters.trained import exit_head_name
 
 # Sensible widget bounds per option (the engine's own validation still has the last word).
@@ -48,7 +48,9 @@ UNSET_NUMBER = {"packet_loss": 0.01, "disconnect_after": 16, "stages": 2}
 OPTION_HELP = {
     "gamma": "γ: tokens drafted per round; one target call then commits between 1 and γ + 1 tokens.",
     "draft": "'self' drafts with the target's own first `draft_layers` layers (plus its final norm and head); "
-             "{trained}",
+             "{model_free}{trained}",
+    "merge_suffix": "Add the model-free suffix drafter's chain (the most frequent continuation in the prompt, the "
+                    "answer so far and this session's earlier answers) to every tree as extra branches.",
     "head": "Exit head after layer ℓ: 'none' = the model's own final norm + LM head (untrained); 'norm', "
             "'layer' and 'cats' are trained heads shipped in data/drafts (ℓ then offers only the layers that have one).",
     "exit_head": "'model' = the model's own final norm + LM head at the exit; 'norm' = the shipped exit head trained "
@@ -167,6 +169,7 @@ def option_specs(method: str, n_layers: int, chosen: Mapping | None = None,
         if kind is int and isinstance(default, int) and high is not None:
             high = max(high, default)
         help_text = OPTION_HELP.get(field.name, "").replace("{trained}", _trained_drafts_help(method, shipped))
+        help_text = help_text.replace("{model_free}", _model_free_help(method))
         meta = field.metadata  # an engine config may declare choices/help/bounds here; they take precedence
         choices = tuple(meta["choices"]) if "choices" in meta else _choices(method, field.name, kind, chosen,
                                                                              n_layers, shipped)
@@ -196,7 +199,8 @@ def _choices(method: str, name: str, kind: type, chosen: Mapping, n_layers: int,
             if module is not None and hasattr(module, CHOICE_CONSTANTS[name]):
                 return tuple(getattr(module, CHOICE_CONSTANTS[name]))
     if name == "draft" and method in DRAFTER_USES:
-        return (("self",) if method == "sps" else ()) + drafters_for_use(DRAFTER_USES[method], shipped)
+        return ((("self",) if method == "sps" else ()) + model_free_drafters(DRAFTER_USES[method])
+                + drafters_for_use(DRAFTER_USES[method], shipped))
     if method == "moa" and name == "drafter":
         return ("", *drafters_for_use(MOA, shipped))
     if kind is int:
@@ -286,6 +290,12 @@ def _trained_drafts_help(method: str, shipped: dict[str, str]) -> str:
     """Names of the project's shipped drafters the method can draft with (from the drafter registry)."""
     names = drafters_for_use(DRAFTER_USES[method], shipped) if method in DRAFTER_USES else ()
     return f"or a trained drafter shipped in data/drafts ({', '.join(repr(n) for n in names)})." if names else ""
+
+
+def _model_free_help(method: str) -> str:
+    names = model_free_drafters(DRAFTER_USES[method]) if method in DRAFTER_USES else ()
+    return "'suffix' copies the most frequent continuation from the prompt, the answer so far and this session's " \
+           "earlier answers (no model); " if "suffix" in names else ""
 
 
 def choice_label(value) -> str:

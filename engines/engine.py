@@ -19,6 +19,7 @@ from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
 from engines.core.stats import Stats, compute_stats
 from engines.core.trace import Event, RunEnd, RunStart, Trace
+from engines.drafters.suffix import SuffixCorpus
 from engines.drafters.trained import load_trained
 from engines.lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
 from engines.lanes.background import in_background
@@ -72,6 +73,9 @@ class Engine:
         self._lanes: LaneGroup | None = None
         self._lanes_source: Path | None = None
         self._temporary: list[weakref.finalize] = []  # removes the folders saved for lane workers
+        # every run's answer, for the suffix drafter (engines.drafters.suffix): the earlier answers of this engine's
+        # bench run or dashboard session
+        self.suffix_corpus = SuffixCorpus()
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
@@ -385,6 +389,7 @@ class Engine:
         trace.sync()  # the last kernels finish inside the run's time, instrumented or not
         end = trace.now()
         stats = compute_stats(trace.events[first:], end_time=end)
+        self.suffix_corpus.add(ctx.prompt_ids, token_ids)
         yield trace.emit(RunEnd(t=end, token_ids=token_ids, text=self.detokenize(token_ids),
                                 stats=stats.to_dict(), stop_reason=stop_reason))
 

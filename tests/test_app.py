@@ -18,7 +18,7 @@ from app import method_options as mo
 from app import url_state as us
 from app.run_summary import strip_html
 from engines import METHODS, Engine
-from engines.drafters.registry import SPS
+from engines.drafters.registry import MODEL_FREE, SPS
 from engines.drafters.trained import available, drafters_for, exit_head_name
 from specviz.prompts import load_prompts
 from specviz.views import rounds
@@ -210,7 +210,7 @@ def test_every_offered_choice_is_valid(method):
             options = fixed_up(method, {**mo.default_options(method), spec.name: choice})
             config(**options).validate(N_LAYERS)
             for name in ("draft", "drafter"):
-                if options.get(name) not in (None, "", "self"):
+                if options.get(name) not in (None, "", "self", *MODEL_FREE):
                     assert options[name] in shipped, f"{method}: {name}={options[name]!r} is not shipped"
 
 
@@ -233,7 +233,7 @@ def test_the_draft_box_is_a_select_of_shipped_drafters():
     at = new_app()
     at.selectbox(key="method").set_value("sps").run()
     assert not at.text_input, "no free-text box in the sidebar"
-    assert at.selectbox(key="opt:sps:draft").options == ["self", *sorted(drafters_for(SPS))]
+    assert at.selectbox(key="opt:sps:draft").options == ["self", "suffix", *sorted(drafters_for(SPS))]
     at.selectbox(key="method").set_value("eesd").run()
     at.selectbox(key="opt:eesd:head").set_value("norm").run()
     layers = at.selectbox(key="opt:eesd:exit_layer").options

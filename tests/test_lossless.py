@@ -17,6 +17,8 @@ CASES = [
     ("eesd", {"gamma": 2, "exit_layer": 4}),
     pytest.param("eesd", {"gamma": 5, "exit_layer": 24}, marks=pytest.mark.slow),  # a 24-layer exit, 15 s
     ("pld", {"gamma": "auto"}),
+    ("sps", {"draft": "suffix"}),
+    pytest.param("eagle", {"merge_suffix": True}, marks=pytest.mark.slow),  # the tiny-model test covers merging
     ("sps", {"gamma": "auto", "draft": "eagle"}),
     ("eesd", {"gamma": "auto", "exit_layer": 8, "head": "layer"}),
     ("eagle", {}),

@@ -11,7 +11,8 @@ sent to verification; verifications carry each tried node's p, q and draw; commi
 clock, ``wall`` or ``virtual``). 4 — speculation on the verdict (Mirror-SD, SSD): early-exit messages, branch
 rollouts, speculation-cache builds and lookups, reuse decisions, backups, SAGUARO reweighting, lane messages.
 5 — Mixture of Attentions: LSA passes, draft-step time splits (SA / CA / TLI / head), messages over a simulated
-network link (bytes, simulated seconds, resends); the ``wall+link`` clock.
+network link (bytes, simulated seconds, resends); the ``wall+link`` clock. 6 — suffix drafting: where each
+model-free draft token was matched (prompt, answer so far or an earlier answer) and how long the match was.
 Fields added after version 1 have defaults, so older traces still load and replay.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass
@@ -305,7 +306,7 @@ class ReuseDecision(Event):
 @dataclass
 class Backup(Event):
     """A window made on the critical path after a cache miss: ``jit`` (the draft decodes), ``fast`` (n-gram
-    lookup, point masses), ``fallback`` (Mirror's fresh rollout) or ``initial`` (the first window)."""
+    lookup, point masses), ``suffix`` (the suffix index, point masses), ``fallback`` (Mirror's fresh rollout) or ``initial`` (the first window)."""
 
     kind: ClassVar[str] = "backup"
     lane: str
@@ -375,16 +376,30 @@ class LinkSend(Event):
     content: str = ""  # what the message carries, for the message-size view
 
 
+@dataclass
+class SuffixMatch(Event):
+    """Where the suffix drafter found each node it proposed this round (:mod:`engines.drafters.suffix`).
+    ``nodes``: ``{id, origin, position, document, length, count, total}`` per node, ``id`` in the round's
+    DraftTree numbering; ``origin`` prompt | answer (so far) | corpus (an earlier answer, ``document`` its
+    index), ``position`` where the copied token sat there, ``length`` the n-gram matched before it, ``count``
+    of ``total`` times that n-gram went on with this token."""
+
+    kind: ClassVar[str] = "suffix_match"
+    round: int
+    nodes: list
+
+
 EVENT_TYPES = {cls.kind: cls for cls in (RunStart, Prefill, DraftTree, Verification, StageSpan, Commit, RunEnd,
                                          ShallowVerification, KvRollback, StageCompute, ActivationSend, Check,
                                          Flush, KvTruncate, LaneMessage, EeMessage, BranchRollout, CacheBuild,
-                                         CacheLookup, ReuseDecision, Backup, FallbackRollout, Saguaro, Lsa, DraftStep)}
+                                         CacheLookup, ReuseDecision, Backup, FallbackRollout, Saguaro, Lsa, DraftStep,
+                                         SuffixMatch)}
 EVENT_TYPES[StreamChunk.kind] = StreamChunk  # memory-budget runs; always emitted (stats need it)
 EVENT_TYPES[LinkSend.kind] = LinkSend  # client–server runs; always emitted (stats need it)
 DETAILED_KINDS = {DraftTree.kind, Verification.kind, StageSpan.kind, ShallowVerification.kind, KvRollback.kind,
                   StageCompute.kind, ActivationSend.kind, Check.kind, Flush.kind, KvTruncate.kind, LaneMessage.kind,
                   EeMessage.kind, BranchRollout.kind, CacheBuild.kind, ReuseDecision.kind, Saguaro.kind, Lsa.kind,
-                  DraftStep.kind}
+                  DraftStep.kind, SuffixMatch.kind}
 
 
 def event_from_dict(record: dict) -> Event:

@@ -28,6 +28,11 @@ class Draft:
     exit_layer: int = 0
 
 
+def point_masses(tokens: list[int]) -> Draft:
+    """A deterministic draft (copied from the context, not drawn): q = δ per token, log q = 0 for the trace."""
+    return Draft(tokens, None, [0.0] * len(tokens))
+
+
 class Drafter(Protocol):
     """Optionally a drafter also has ``observe_layers`` (target layers whose outputs it needs) and
     ``observe(seen, n_valid)``, called after prefill and each verification with ``{layer: [1, n, d]}``

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
-from engines.drafters.base import Draft
+from engines.drafters.base import Draft, point_masses
 from engines.model.kv_cache import KVCache
 
 
@@ -38,4 +38,4 @@ class PromptLookupDrafter:
         if gamma == 0:
             return Draft([])
         tokens, self.last_match = lookup(committed, self.max_ngram, self.min_ngram, gamma)
-        return Draft(tokens, None, [0.0] * len(tokens))
+        return point_masses(tokens)

@@ -66,6 +66,16 @@ KINDS_BY_NAME: dict[str, DrafterKind] = {kind.kind: kind for kind in (
 KINDS = tuple(KINDS_BY_NAME)
 
 
+# Drafters with no model to train or load (engines.drafters.suffix), named by a `draft` option's value: the uses
+# that offer them. Trees merge suffix candidates through eagle/moa(merge_suffix=true), ssd through backup=suffix.
+MODEL_FREE: dict[str, tuple[str, ...]] = {"suffix": (SPS,)}
+
+
+def model_free_drafters(use: str) -> tuple[str, ...]:
+    """The model-free drafters a method's ``draft`` option takes (``use``: SPS, VERDICT, TREE, …)."""
+    return tuple(name for name, uses in MODEL_FREE.items() if use in uses)
+
+
 def drafter_kind(kind: str) -> DrafterKind:
     if kind not in KINDS_BY_NAME:
         raise ValueError(f"model card kind must be one of {KINDS}, got {kind!r}")

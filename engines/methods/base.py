@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Iterator
 
 from engines.core.context import DecodeContext
+from engines.core.options import require_int
 from engines.core.trace import Event
 
 
@@ -38,14 +39,6 @@ def require_int_or_auto(name: str, value, low: int, high: int | None = None) -> 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be 'auto' or an integer in [{low}, {high}], got {value!r}")
     require_int(name, value, low, high)
-
-
-def require_int(name: str, value, low: int, high: int | None = None) -> None:
-    allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be in {allowed}, got {value}")
 
 
 def decode_chain(engine, ctx: DecodeContext, drafter, gamma: int | str) -> Iterator[Event]:

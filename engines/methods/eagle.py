@@ -8,7 +8,8 @@ likes is too large for a 2-core CPU. ``draft``: the shipped ``eagle`` feature he
 the shipped ``tiny`` draft model, the target's first ℓ layers with its own head (``exit@ℓ``) or a trained
 norm exit head (``exit@ℓ-norm``), or any draft model ``sps`` takes (a local path or a name registered
 with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the same drafter compare like
-for like. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
+for like. ``merge_suffix``: the model-free suffix drafter's chain (:mod:`engines.drafters.suffix`) joins every
+tree as extra branches, tried after the model's own children. Lossless: greedy keeps the target's argmax path; sampling uses the multi-candidate rule with
 top-k children as point masses (:mod:`engines.core.draft_tree`). ``network`` splits it into a client (the drafter)
 and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.programs.client_server`).
 
@@ -28,6 +29,7 @@ from engines.core.context import DecodeContext
 from engines.core.trace import Event
 from engines.drafters.heads import SharedHead
 from engines.drafters.registry import TREE
+from engines.drafters.suffix import SuffixDrafter
 from engines.drafters.trained import drafters_for, shipped_kind
 from engines.drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
 from engines.methods.base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
@@ -45,6 +47,7 @@ class EagleConfig(LinkConfig):
     topk: int = 4
     total_tokens: int | str = "auto"
     draft: str = "eagle"
+    merge_suffix: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -60,6 +63,8 @@ class EagleConfig(LinkConfig):
         exit_draft = EXIT_DRAFT.match(self.draft)
         if exit_draft:
             require_int("exit layer ℓ of draft exit@ℓ", int(exit_draft.group(1)), 1, n_layers - 1)
+        if not isinstance(self.merge_suffix, bool):
+            raise ValueError(f"merge_suffix must be true or false, got {self.merge_suffix!r}")
         self.validate_link()
         if self.client_server and exit_draft:  # the draft would run the target's own first layers: server-side
             raise ValueError(f"client–server mode needs a draft the client can hold (eagle, tiny, a draft model), "
@@ -99,13 +104,14 @@ class EagleTree(Method):
         return ModelTreeDrafter(engine.draft_stack(draft), name=f"{draft}-tree")
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
+        suffix = SuffixDrafter(corpus=self.engine.suffix_corpus) if self.config.merge_suffix else None
         auto = self.config.total_tokens == AUTO
         curve = self.engine.verify_cost() if auto else None
         total = None if auto else self.config.total_tokens
         if self.config.client_server:
             yield from client_server_decode(ctx, self._drafter(), self.config.link(), self.config.depth,
                                             self.config.topk, total, curve.cost if curve else None,
-                                            self.config.disconnect_after)
+                                            self.config.disconnect_after, suffix)
         else:
             yield from tree_decode(ctx, self._drafter(), self.config.depth, self.config.topk, total,
-                                   curve.cost if curve else None)
+                                   curve.cost if curve else None, suffix)

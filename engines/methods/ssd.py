@@ -4,7 +4,8 @@ While the target verifies the window, the draft on its own lane runs the glue fo
 the top-F_k bonus candidates for every accepted length k (the speculated token left out), pre-speculates
 K tokens after each and files them in the speculation cache. On the verdict (k, t*): hit → the cached
 window at once; miss → the backup (``jit``: the draft decodes on the critical path; ``fast``: an n-gram
-lookup, verified as point masses). Round time (§5.6): T_v + T_comm + (1 − P(hit))·T_backup.
+lookup; ``suffix``: the suffix index over the prompt, the answer and earlier answers of the engine's session,
+:mod:`engines.drafters.suffix`; both model-free backups are verified as point masses). Round time (§5.6): T_v + T_comm + (1 − P(hit))·T_backup.
 
 ``draft``: ``tiny`` (the paper's setting: a small draft model, one token per forward), ``ss`` (an
 extension: the speculative-streaming draft drafts 1 + 2 tokens per forward, so a rollout and a JIT backup
@@ -28,7 +29,7 @@ from engines.methods.verdict import VerdictMethod, check_common
 from engines.programs.verdict.wire import Plan
 
 FANOUTS = ("uniform", "geometric")
-BACKUPS = ("jit", "fast")
+BACKUPS = ("jit", "fast", "suffix")
 SAGUARO_TOPS = ("f", "f+1")
 
 

@@ -16,6 +16,7 @@ import torch
 from engines.core.context import DecodeContext
 from engines.core.trace import Event, Trace
 from engines.drafters.registry import VERDICT, drafter_kind_names
+from engines.drafters.suffix import SuffixConfig
 from engines.drafters.trained import draft_vocab, read_card, shipped_kind
 from engines.lanes import Lane, default_lanes, pinned, run_serial
 from engines.methods.base import Method, MethodConfig
@@ -97,6 +98,8 @@ class VerdictMethod(Method):
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         engine, config = self.engine, self.config
         plan = self.plan(ctx.trace.detailed)
+        if plan.backup == "suffix":
+            plan.suffix_corpus = [list(a) for a in engine.suffix_corpus.answers(ctx.prompt_ids, SuffixConfig().corpus)]
         names = self._lane_names(ctx)
         module = self.draft_module()
         vocab = draft_vocab(module) if is_trained(config.draft) else torch.arange(engine.target.config.vocab_size)

@@ -88,7 +88,8 @@ def rebuild_tree(tokens: list[int], parents: list[int]) -> DraftTreeNodes:
 
 def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, topk: int, total_tokens: int | None,
                          verify_seconds: Callable[[int], float] | None = None,
-                         disconnect_after: int | None = None) -> Iterator[Event]:
+                         disconnect_after: int | None = None, suffix=None) -> Iterator[Event]:
+    """``suffix``: a suffix drafter on the client whose chain joins every tree (see :mod:`engines.programs.tree`)."""
     trace = ctx.trace
     link_time = [0.0]
     trace.use_clock(lambda: trace.wall() + link_time[0])  # simulated link seconds join the measured compute
@@ -108,6 +109,8 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
     logits, seen, prefill_event = prefill(ctx, cache, observe)
     yield prefill_event
     drafter.start(ctx, cache)
+    if suffix is not None:
+        suffix.start(ctx, cache)
     first = ctx.sampler.next_token(logits)
     payload = encode_verdict([first], halves.server(cache, len(ctx.prompt_ids), seen), compress=True)
     yield from drafter_events(ctx, drafter, "observe", 0)
@@ -125,7 +128,8 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
             yield from _alone(ctx, drafter, out, round_)
             return
         # client: draft a tree, send its ids and shape
-        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_)
+        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
+                                                      suffix)
         up = encode_draft(sent.tokens, sent.parents)
         yield from send(up, "up", round_, "draft tree: ids + tree positions")
         # server: verify, keep the accepted path, compute the client's activations; then down to the client

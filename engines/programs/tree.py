@@ -4,7 +4,8 @@ Invariant (as in :mod:`engines.programs.chain`): the target cache holds every co
 one (the root). Each round the drafter grows a tree, the best nodes go through the target in one forward
 with the root under a tree mask, the walk keeps one path, and the cache keeps the root's and that path's
 rows (:func:`engines.core.round.close_round`). Drafters that learn from target features are shown those of the
-root and the accepted path only.
+root and the accepted path only. A ``suffix`` drafter (:mod:`engines.drafters.suffix`) adds its chain to each
+round's tree as extra branches (:func:`~engines.drafters.suffix.graft`), point masses like the model's top-k.
 """
 
 from __future__ import annotations
@@ -14,24 +15,29 @@ from typing import Callable, Iterator
 from engines.core.context import DecodeContext, drafter_events, open_with_drafter, target_forward
 from engines.core.round import close_round, draft_event, observe_rows
 from engines.core.trace import Event
+from engines.drafters.suffix import SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
 
 MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
 
 
 def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
-                verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
+                verify_seconds: Callable[[int], float] | None = None,
+                suffix: SuffixDrafter | None = None) -> Iterator[Event]:
     """``total_tokens=None`` sizes every tree with :class:`~engines.drafters.tree_growth.TreeSizer` on
-    ``verify_seconds``."""
+    ``verify_seconds``; ``suffix`` merges a suffix drafter's chain into every tree."""
     trace = ctx.trace
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache, out, opening = open_with_drafter(ctx, drafter)
     yield from opening
+    if suffix is not None:
+        suffix.start(ctx, cache)
     sizer = TreeSizer(verify_seconds, MAX_TREE_NODES) if total_tokens is None else None
     round_ = 0
     while not out.done:
         round_ += 1
-        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_)
+        tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
+                                                      suffix)
         started = trace.now()
         logits, seen = target_forward(ctx, cache, [out.ids[-1]] + sent.tokens, observe,
                                       parents=sent.verify_parents())
@@ -43,17 +49,25 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
 
 
 def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: TreeSizer | None,
-                total_tokens: int | None, round_: int):
+                total_tokens: int | None, round_: int, suffix: SuffixDrafter | None = None):
     """Grow this round's tree and choose the nodes to verify (every tree loop, one device or client–server):
-    yields the round's draft events, returns ``(tree, sent_ids, sent)``."""
+    yields the round's draft events, returns ``(tree, sent_ids, sent)`` — ``tree`` the model's own (what the
+    sizer learns from), ``sent_ids`` numbered as the DraftTree event's nodes (the model's, then suffix ones)."""
     trace = ctx.trace
     started = trace.now()
-    tree = grow_tree(drafter, out.ids, min(depth, max(out.remaining - 1, 1)), topk, ctx.sampler)
+    depth = min(depth, max(out.remaining - 1, 1))
+    tree = grow_tree(drafter, out.ids, depth, topk, ctx.sampler)
     size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
     sent_ids = best_nodes(tree, size)
-    sent = tree.subset(sent_ids)
+    shown, placed = tree, {}
+    if suffix is not None:
+        chain = suffix.propose_tree(out.ids, depth, max_nodes=depth, branching=1)
+        shown, sent_ids, placed = graft(tree, sent_ids, chain, MAX_TREE_NODES)
+    sent = shown.subset(sent_ids)
     if trace.detailed:
         yield ctx.span("draft", round_, started)
-        yield draft_event(trace.now(), round_, drafter.name, tree, sent_ids)
+        yield draft_event(trace.now(), round_, drafter.name, shown, sent_ids)
         yield from drafter_events(ctx, drafter, "draft", round_)
+        if placed:
+            yield match_event(trace.now(), round_, [(placed[i], match) for i, match in suffix.last if i in placed])
     return tree, sent_ids, sent

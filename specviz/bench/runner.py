@@ -34,13 +34,13 @@ from .llamacpp_peer import PEER_METHODS
 from .method_specs import _SPEC, MethodSpec, parse_method
 from .tallies import Tally
 
-DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft_layers=4)", "sps(draft_layers=26)",
+DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft=suffix)", "sps(draft_layers=4)", "sps(draft_layers=26)",
                    "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
 TRAINED_METHODS = {  # method → the shipped drafter it needs
     "sps(draft=tiny)": "tiny", "sps(draft=tiny,full_vocab=true)": "tiny", "hf_assisted": "tiny",
     "sps(draft=eagle)": "eagle", "sps(draft=ss)": "ss", "eesd(exit_layer=8,head=norm)": "exit@8-norm",
     "eesd(exit_layer=8,head=layer)": "exit@8-layer", "eesd(exit_layer=15,head=norm)": "exit@15-norm",
-    "eesd(exit_layer=3,head=cats)": "cats@3"}
+    "eesd(exit_layer=3,head=cats)": "cats@3", "eagle(merge_suffix=true)": "eagle"}
 ONE_LANE_AR = "ar(threads=1)"  # the baseline of virtual-clock rows: one lane, measured for real
 
 

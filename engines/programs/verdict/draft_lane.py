@@ -7,7 +7,9 @@ import torch
 
 from engines.core.sampling import Sampler
 from engines.core.trace import Backup, BranchRollout, CacheBuild, CacheLookup, FallbackRollout, ReuseDecision, Saguaro
+from engines.drafters.base import point_masses
 from engines.drafters.prompt_lookup import lookup
+from engines.drafters.suffix import SuffixCorpus, SuffixDrafter
 from engines.lanes import Emit, Lane, Message, Recv, Send
 from engines.programs.verdict.branch_rollout import BranchDrafter
 from engines.programs.verdict.guesser import Guesser
@@ -26,6 +28,7 @@ def draft_lane(lane: Lane, drafter: BranchDrafter, plan: Plan, sampler: Sampler,
         yield Send(0, Message("end"))
         return
     committed = list(start.blob["ids"])
+    suffix = _suffix_drafter(plan, committed[:-1]) if plan.backup == "suffix" else None
     fan = guesser.fanout()
     window = yield from _backup(lane, drafter, plan, committed, sampler, guesser.shaper(fan), 0, "initial")
     yield from send(lane, lanes, window_message(0, window, False, vocab), "window", 0)
@@ -83,7 +86,8 @@ def draft_lane(lane: Lane, drafter: BranchDrafter, plan: Plan, sampler: Sampler,
             window = found
         else:
             kind = "fallback" if plan.method == "mirror" else plan.backup
-            window = yield from _backup(lane, drafter, plan, committed, sampler, guesser.shaper(fan), round_, kind)
+            window = yield from _backup(lane, drafter, plan, committed, sampler, guesser.shaper(fan), round_, kind,
+                                        suffix)
         yield from send(lane, lanes, window_message(round_, window, found is not None, vocab), "window", round_)
     yield Send(0, Message("end"))
 
@@ -94,13 +98,26 @@ def _mirror_rank(ids: list[list[int]] | None, k: int, token: int) -> int:
     return ids[k].index(token) if token in ids[k] else -1
 
 
+def _suffix_drafter(plan: Plan, prompt: list[int]) -> SuffixDrafter:
+    """``backup=suffix``: the suffix index over this run's prompt and answer, and the earlier answers lane T
+    chose for it (already without this prompt's own: :meth:`SuffixCorpus.answers`)."""
+    corpus = SuffixCorpus()
+    for answer in plan.suffix_corpus:
+        corpus.add((), answer)
+    drafter = SuffixDrafter(corpus=corpus)
+    drafter.begin(prompt)
+    return drafter
+
+
 def _backup(lane: Lane, drafter: BranchDrafter, plan: Plan, committed: list[int], sampler: Sampler, shape,
-            round_: int, kind: str):
-    """A window made on the critical path: the draft decoding from the true prefix, or an n-gram lookup."""
+            round_: int, kind: str, suffix: SuffixDrafter | None = None):
+    """A window made on the critical path: the draft decoding from the true prefix, or a model-free one (``fast``:
+    prompt lookup; ``suffix``: the suffix index), verified as point masses."""
     began = lane.now()
-    if kind == "fast":
-        tokens, _ = lookup(committed, 3, 1, plan.window)
-        window = Window(tokens, None, [0.0] * len(tokens), "lookup")
+    if kind in ("fast", "suffix"):
+        draft = suffix.propose(committed, plan.window) if kind == "suffix" else point_masses(
+            lookup(committed, 3, 1, plan.window)[0])
+        window = Window(draft.tokens, None, draft.logprobs, "lookup")
     else:
         branch, _ = drafter.jit(committed, plan.window, sampler, shape)
         window = branch.window()

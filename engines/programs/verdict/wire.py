@@ -4,7 +4,7 @@ verdicts, and the trace events that record each message."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +32,7 @@ class Plan:
     c: float = 1.0
     saguaro_top: str = "f+1"
     backup: str = "jit"
+    suffix_corpus: list = field(default_factory=list)  # backup=suffix: the earlier answers lane D may copy from
     a_p_prior: float = 0.5
     r_prior: float = 0.5
     detailed: bool = True
