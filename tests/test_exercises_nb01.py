@@ -30,11 +30,11 @@ def test_the_best_gamma_prediction_is_revealed_against_the_measured_sweep():
         nb01_sampling.reveal_best_gamma({"points": []})
 
 
-def test_a_residual_that_forgets_q_fails_the_engines_tests(capsys):
-    """The one engine run of this file (a fresh pytest process, a few seconds): resampling from p is caught."""
-    def residual_distribution(p, q, token=None):
-        return p
-
+def test_the_residual_exercise_names_the_engines_residual_and_a_statistical_test():
+    """A broken residual is run against the engine's tests in tests/test_exercises.py already (the subprocess
+    takes longer than this file's budget), so here only what the exercise runs."""
+    from specviz.exercises.engine_change import ENGINE_EXERCISES
+    exercise = ENGINE_EXERCISES["nb01.residual"]
+    assert exercise.target == "engines.core.acceptance:residual_distribution"
+    assert any("test_verification_rules" in node for node in exercise.tests)
     assert nb01_sampling.check_residual(None) is None
-    assert nb01_sampling.check_residual(residual_distribution) is False
-    assert "✗" in capsys.readouterr().out
