@@ -226,12 +226,12 @@ def show_sweep(run: dict) -> None:
         st.session_state["sweep_result"] = {"run_id": run["id"], "tokens": tokens, **result}
     sweep = st.session_state.get("sweep_result")
     if sweep and sweep["run_id"] == run["id"]:
-        st.plotly_chart(speedup_vs_gamma(sweep["points"], sweep["alpha"], sweep["cost_ratio"]))
+        st.plotly_chart(speedup_vs_gamma(sweep["points"], sweep["a"], sweep["cost_ratio"]))
         st.dataframe([{"γ": p["gamma"], "speedup": round(p["speedup"], 2), "τ": round(p["tau"], 2),
                        "α": round(p["alpha"], 2), "tok/s": round(p["tokens_per_s"], 1)} for p in sweep["points"]],
                      hide_index=True)
         st.caption(f"{sweep['tokens']} tokens per run · ar {sweep['ar_tokens_per_s']:.1f} tok/s · pooled "
-                   f"per-position acceptance a = {sweep['alpha']:.2f} · c = {sweep['cost_ratio']:.2f}")
+                   f"per-position acceptance a = {sweep['a']:.2f} · c = {sweep['cost_ratio']:.2f}")
 
 
 def show_rounds(run: dict) -> None:

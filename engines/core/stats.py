@@ -70,6 +70,25 @@ class Stats:
         return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})  # older: defaults
 
 
+def position_counts(rounds: Iterable[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """``rounds``: (accepted, depth) per round, depth the longest draft the target judged. Returns
+    (reached, passed) per draft position: the rounds whose draft the target judged there, and of those the
+    rounds where it accepted. A round judges positions up to its first refusal (accepted + 1) and never past
+    its depth; the positions after a refusal were never judged, so they count nowhere. Kept apart from
+    :func:`compute_stats` because it is the one place the acceptance-by-position profile is defined (and the
+    exercise of notebook 02 rewrites it)."""
+    reached: list[int] = []
+    passed: list[int] = []
+    for accepted, depth in rounds:
+        for position in range(min(accepted + 1, depth)):
+            if position == len(reached):
+                reached.append(0)
+                passed.append(0)
+            reached[position] += 1
+            passed[position] += position < accepted
+    return reached, passed
+
+
 def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Stats:
     commits: list[Commit] = []
     prefill_end = prefill_seconds = 0.0
@@ -101,16 +120,8 @@ def compute_stats(events: Iterable[Event], end_time: float | None = None) -> Sta
     drafted = sum(c.drafted for c in rounds)
     accepted = sum(c.accepted for c in rounds)
     decode_seconds = max((end_time if end_time is not None else prefill_end) - prefill_end, 1e-9)
-    reached: list[int] = []
-    passed: list[int] = []
-    for c in rounds:
-        depth = c.drafted if c.draft_depth is None else c.draft_depth
-        for position in range(min(c.accepted + 1, depth)):
-            if position == len(reached):
-                reached.append(0)
-                passed.append(0)
-            reached[position] += 1
-            passed[position] += position < c.accepted
+    reached, passed = position_counts([(c.accepted, c.drafted if c.draft_depth is None else c.draft_depth)
+                                       for c in rounds])
     return Stats(
         new_tokens=new_tokens,
         target_calls=len(rounds) + (1 if commits else 0),

@@ -34,6 +34,21 @@ def card_rows(names: Sequence[str] | None = None) -> list[dict]:
     return rows
 
 
+LAYER_MODULES = ("LlamaDecoderLayer", "AttentionBlock")  # a decoder layer, or CATS's attention-only layer
+
+
+def drafter_layers(engine: Engine, name: str) -> dict:
+    """What one drafted token costs ``name`` in layers, read from the loaded drafter: the target's layers it
+    runs first (an early exit at ℓ runs ℓ of them) and the layers of its own (counted as modules, so a card
+    that disagrees with the weights cannot mislead the reader)."""
+    drafter = engine.trained_drafter(name)
+    own = sum(type(m).__name__ in LAYER_MODULES for m in drafter.modules())
+    card = read_card(name)
+    target = int(card.get("exit_layer", 0))
+    return {"drafter": name, "kind": card["kind"], "target layers it runs first": target, "layers of its own": own,
+            "layers per drafted token": target + own}
+
+
 def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_tokens: int = 64,
                      temperature: float = 0.0, seed: int | None = 0,
                      progress: Callable[[int, int], None] | None = None) -> dict:

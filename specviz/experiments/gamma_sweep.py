@@ -13,9 +13,9 @@ def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sp
                 progress: Callable[[int, int], None] | None = None, temperature: float = 0.0, top_p: float = 1.0,
                 seed: int | None = 0, **options) -> dict:
     """Speedup of ``method`` at each γ over an AR run of the same prompt and sampling settings, plus the two
-    parameters Leviathan's model needs: ``alpha``, the per-position acceptance pooled over the sweep
+    parameters Leviathan's model needs: ``a``, the per-position acceptance pooled over the sweep
     (accepted ÷ draft positions the target judged: the estimate of the per-token acceptance probability a,
-    the paper's α, not the acceptance rate), and the cost ratio c. Each point's ``alpha`` is that run's
+    the paper's α, never this project's α), and the cost ratio c. Each point's ``alpha`` is that run's
     acceptance rate α, accepted ÷ drafted."""
     if not gammas:
         raise ValueError("gammas must list at least one γ")
@@ -34,6 +34,6 @@ def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sp
         seconds += draft_seconds(run.events)
         if progress:
             progress(i + 1, len(gammas))
-    alpha = accepted / reached if reached else 0.0  # per-position acceptance, the model's a (key kept: notebooks)
+    a = accepted / reached if reached else 0.0  # per-position acceptance: the model's a
     cost_ratio = (seconds / drafted) / ar_step if drafted else 0.0
-    return {"ar_tokens_per_s": ar.stats.tokens_per_s, "alpha": alpha, "cost_ratio": cost_ratio, "points": points}
+    return {"ar_tokens_per_s": ar.stats.tokens_per_s, "a": a, "cost_ratio": cost_ratio, "points": points}

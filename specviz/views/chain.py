@@ -70,21 +70,21 @@ def draft_depth_acceptance_figure(runs: dict[str, Sequence[Event]]) -> go.Figure
     return fig
 
 
-def speedup_vs_gamma(points: Sequence[dict], alpha: float, cost_ratio: float, max_gamma: int | None = None,
-                     title: str = "Speedup vs γ: measured and Leviathan et al.'s model") -> go.Figure:
+def speedup_vs_gamma(points: Sequence[dict], a: float, cost_ratio: float, max_gamma: int | None = None,
+                     title: str = "S against γ: measured and Leviathan et al.'s model") -> go.Figure:
     """``points``: measured ``{"gamma", "speedup"}``; the curve is the model at the measured c and a, the
-    per-token acceptance probability (``alpha``: a measured per-position acceptance, e.g.
-    :func:`specviz.experiments.gamma_sweep.gamma_sweep`'s)."""
+    per-token acceptance probability (a measured per-position acceptance, e.g.
+    :func:`specviz.experiments.gamma_sweep.gamma_sweep`'s ``"a"``; never called alpha, which is α)."""
     gammas = [p["gamma"] for p in points]
     top = max_gamma or max(gammas + [8])
     grid = list(range(1, top + 1))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
-                             name=f"theory (a = {alpha:.2f}, c = {cost_ratio:.2f})"))
+    fig.add_trace(go.Scatter(x=grid, y=[expected_speedup(a, g, cost_ratio) for g in grid], mode="lines",
+                             name=f"theory (a = {a:.2f}, c = {cost_ratio:.2f})"))
     fig.add_trace(go.Scatter(x=gammas, y=[p["speedup"] for p in points], mode="markers+lines",
                              marker=dict(size=10), name="measured"))
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
-    fig.update_layout(title=title, xaxis_title="γ (draft tokens per round)", yaxis_title="speedup over AR")
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar (S = 1)")
+    fig.update_layout(title=title, xaxis_title="γ (draft length)", yaxis_title="S (speedup over ar)")
     return fig
 
 

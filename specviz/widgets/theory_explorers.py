@@ -43,40 +43,41 @@ from ..views.tree_budget import tree_budget_figure, verify_cost_figure
 
 
 # --- theory ---------------------------------------------------------------------------------------
-def theory_figure(alpha: float, gamma: int, cost_ratio: float, max_gamma: int = 16,
+def theory_figure(a: float, gamma: int, cost_ratio: float, max_gamma: int = 16,
                   measured: Sequence[dict] = ()) -> go.Figure:
-    """Leviathan's speedup vs γ at (a, c), the chosen γ and the best γ marked, measured points optional.
-    ``alpha`` is a, the per-token acceptance probability of the model (the paper's α)."""
+    """Leviathan's speedup S against γ at (a, c), the chosen γ and the best γ marked, measured points optional.
+    ``a`` is the per-token acceptance probability of the model (the paper's α; this project's α is
+    accepted ÷ drafted, so the argument is never called alpha)."""
     grid = list(range(1, max_gamma + 1))
-    best = optimal_gamma(alpha, cost_ratio, max_gamma)
-    fig = go.Figure(go.Scatter(x=grid, y=[expected_speedup(alpha, g, cost_ratio) for g in grid], mode="lines",
-                               name=f"theory (a = {alpha:.2f}, c = {cost_ratio:.2f})"))
-    fig.add_trace(go.Scatter(x=[gamma], y=[expected_speedup(alpha, gamma, cost_ratio)], mode="markers",
+    best = optimal_gamma(a, cost_ratio, max_gamma)
+    fig = go.Figure(go.Scatter(x=grid, y=[expected_speedup(a, g, cost_ratio) for g in grid], mode="lines",
+                               name=f"theory (a = {a:.2f}, c = {cost_ratio:.2f})"))
+    fig.add_trace(go.Scatter(x=[gamma], y=[expected_speedup(a, gamma, cost_ratio)], mode="markers",
                              marker=dict(size=14, color="#c62828"), name=f"your γ = {gamma}"))
     if measured:
         fig.add_trace(go.Scatter(x=[p["gamma"] for p in measured], y=[p["speedup"] for p in measured],
                                  mode="markers", marker=dict(size=10, symbol="x", color="#222"), name="measured"))
     fig.add_vline(x=best, line_dash="dash", line_color="#2e7d32", annotation_text=f"best γ = {best}")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
-    fig.update_layout(title="Expected speedup over autoregressive decoding", xaxis_title="γ (draft tokens per round)",
-                      yaxis=dict(title="speedup", rangemode="tozero"), height=380, margin=dict(t=50, b=40))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar (S = 1)")
+    fig.update_layout(title="Expected speedup S over ar (Leviathan et al.)", xaxis_title="γ (draft length)",
+                      yaxis=dict(title="S", rangemode="tozero"), height=380, margin=dict(t=50, b=40))
     return fig
 
 
-def theory_readout(alpha: float, gamma: int, cost_ratio: float) -> str:
+def theory_readout(a: float, gamma: int, cost_ratio: float) -> str:
     """The two numbers behind the curve, as one line of HTML."""
-    tokens = expected_tokens_per_round(alpha, gamma)
-    return (f"E[tokens per target call] = (1 − a<sup>γ+1</sup>)/(1 − a) = <b>{tokens:.2f}</b>; "
-            f"cost per round = γ·c + 1 = <b>{gamma * cost_ratio + 1:.2f}</b> target steps; "
-            f"speedup = <b>{expected_speedup(alpha, gamma, cost_ratio):.2f}×</b>")
+    tokens = expected_tokens_per_round(a, gamma)
+    return (f"τ = (1 − a<sup>γ+1</sup>)/(1 − a) = <b>{tokens:.2f}</b>; "
+            f"cost per round = γ·c + 1 = <b>{gamma * cost_ratio + 1:.2f}</b> ar steps; "
+            f"S = <b>{expected_speedup(a, gamma, cost_ratio):.2f}×</b>")
 
 
-def theory_explorer(alpha: float = 0.8, gamma: int = 5, cost_ratio: float = 0.1, max_gamma: int = 16,
+def theory_explorer(a: float = 0.8, gamma: int = 5, cost_ratio: float = 0.1, max_gamma: int = 16,
                     measured: Sequence[dict] = ()) -> W.VBox:
     """Sliders a (per-token acceptance probability), γ, c → the speedup curve. Pass a sweep's ``points`` as
     ``measured`` to fit them by hand."""
     sliders = dict(
-        alpha=W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="a (per token)",
+        a=W.FloatSlider(value=a, min=0.0, max=0.99, step=0.01, description="a (per token)",
                             tooltip="a: the probability that each drafted token is accepted (per-token acceptance)"),
         gamma=W.IntSlider(value=gamma, min=1, max=max_gamma, description="γ (draft length)"),
         cost_ratio=W.FloatSlider(value=cost_ratio, min=0.0, max=1.0, step=0.01, description="c (draft cost)"),
