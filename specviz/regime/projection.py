@@ -7,8 +7,8 @@ draft lane's work, lane hops, bookkeeping). On a machine H:
 
 * every target forward is costed by the hardware model (:func:`~specviz.regime.hardware.step_seconds`), never
   read off the measured spans: that is what the check against this machine tests;
-* drafting measured here is scaled by how a forward of the drafter's size (c of the target's bytes) costs on H
-  against here; bookkeeping stays the same seconds (the host does it); a lane hop costs H's link latency plus
+* drafting measured here is scaled by how a resident forward costs on H against here (a drafter is a share c
+  of a forward: its weights, its launches); bookkeeping stays the same seconds (the host does it); a lane hop costs H's link latency plus
   its bytes over H's link bandwidth;
 * each family's latency law puts the pieces together:
   chain and tree (Leviathan; the tree model): T = T_draft + T_verify(n) + T_other;
@@ -103,11 +103,13 @@ class MachineTerms:
 
 
 def _draft_scale(terms: MachineTerms, m: MethodTerms, hw: Hardware) -> float:
-    """How much longer (or shorter) drafting takes on ``hw`` than here: a forward over c of the weights."""
-    here = terms.this_machine
-    draft_bytes = max(m.c, 1e-3) * terms.weight_bytes
+    """How much longer (or shorter) drafting takes on ``hw`` than here: a forward over a share c of the target,
+    held in memory (a drafter is small enough to stay resident), costs the same share of a resident step."""
     where = hw.client or hw
-    return step_seconds(where, draft_bytes, 1) / step_seconds(here, draft_bytes, 1)
+    share = min(max(m.c, 1e-3), 1.0)
+    w = terms.weight_bytes
+    return (step_seconds(where, w, 1, share, resident_bytes=w)
+            / step_seconds(terms.this_machine, w, 1, share, resident_bytes=w))
 
 
 def _forward(terms: MachineTerms, m: MethodTerms, hw: Hardware, rows: float, share: float) -> float:

@@ -1,6 +1,7 @@
 """Measure every method's terms on this machine, from real runs (the experiments side of the regime map).
 
-One session: ``ar`` and each method on the same prompt under the thread rule (:func:`measure_scoreboard`), the
+One session: each method beside its own ``ar`` run on the same prompt under the thread rule (:func:`measure_scoreboard`;
+a fresh ``ar`` per method, because on a shared machine the load drifts between runs minutes apart), the
 verify-cost curve for the hardware model of this machine, and from each run's events what its law needs —
 τ, α, the per-position acceptance a, the rows each round sends to the target and the layers each forward
 covers, the drafting, lane work, lane hops and bookkeeping in ``ar`` steps. The dashboard's Regime page reads
@@ -130,24 +131,24 @@ def measure_terms(engine: Engine, prompt: str, *, max_new_tokens: int, methods: 
     curve = engine.verify_cost()
     if curve is None:
         raise ValueError("this engine has no verify-cost curve to fit the hardware model to")
-    boards, runs, ar = {}, {}, None
+    boards, runs, ar_steps = {}, {}, {}
     for label, (method, options) in methods.items():
         if progress:
             progress(label)
-        board, run, ar = measure_scoreboard(engine, prompt, method, max_new_tokens=max_new_tokens, ar=ar,
-                                            label=label, recorded_label=label, **options)
-        boards[label], runs[label] = board, run
-    ar_step = 1.0 / ar.stats.tokens_per_s
+        # ar again beside each method: on a shared machine the load drifts between runs minutes apart
+        board, run, ar = measure_scoreboard(engine, prompt, method, max_new_tokens=max_new_tokens, label=label,
+                                            recorded_label=label, **options)
+        boards[label], runs[label], ar_steps[label] = board, run, 1.0 / ar.stats.tokens_per_s
     here = fit_this_machine(curve.seconds, curve.weight_bytes, curve.bandwidth_gb_s, lane_hop_seconds(runs))
     weight_bytes = float(curve.weight_bytes)
     terms = [MethodTerms(label="ar", method="ar", law="ar", tau=1.0, alpha=0.0, a=0.0, gamma_bar=0.0, c=0.0,
                          measured_speedup=1.0, measured_verify=1.0)]
-    terms += [method_terms(engine, label, methods[label][0], boards[label], runs[label], ar_step, weight_bytes)
+    terms += [method_terms(engine, label, methods[label][0], boards[label], runs[label], ar_steps[label], weight_bytes)
               for label in methods]
     setup = dict(machine=platform.processor() or platform.machine(), cores=here.lanes, dtype=str(engine.target.dtype),
                  max_new_tokens=max_new_tokens, threads=1, prompt=prompt[:80])
     return MachineTerms(weight_bytes=weight_bytes, ar_step_model=step_seconds(here, weight_bytes, 1),
-                        ar_tokens_per_s=ar.stats.tokens_per_s, this_machine=here, methods=terms,
+                        ar_tokens_per_s=1.0 / statistics.median(ar_steps.values()), this_machine=here, methods=terms,
                         setup=setup), boards
 
 
