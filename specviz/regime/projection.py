@@ -113,9 +113,10 @@ def _draft_scale(terms: MachineTerms, m: MethodTerms, hw: Hardware) -> float:
 
 
 def _forward(terms: MachineTerms, m: MethodTerms, hw: Hardware, rows: float, share: float) -> float:
-    """A target forward on ``hw`` (the server, in client–server); the drafter's bytes are resident first."""
-    resident = max(hw.memory_budget - m.c * terms.weight_bytes, 0.0) if m.law != "ar" else hw.memory_budget
-    return step_seconds(hw, terms.weight_bytes, rows, share, resident_bytes=min(resident, terms.weight_bytes))
+    """A target forward on ``hw`` (the server, in client–server): M holds the same target bytes as for ``ar``
+    (the drafter's own weights are not charged to M: self-speculative drafters share the target's, and the
+    measured c counts time, not bytes)."""
+    return step_seconds(hw, terms.weight_bytes, rows, share)
 
 
 def _hop(m: MethodTerms, hw: Hardware) -> float:
