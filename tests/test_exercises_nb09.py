@@ -1,10 +1,10 @@
 """Notebook 09's checkers on hand-built terms (no model)."""
 
+from test_regime import HERE, _terms, chain
+
 from specviz.exercises import predictions
 from specviz.exercises.nb09_regime import LEVERS, check_lever, lever, phone_winner, reveal_phone_winner
 from specviz.regime.hardware import GPU, PHONE
-
-from test_regime import HERE, _terms, chain
 
 
 def test_phone_winner_is_the_best_projection_there():
