@@ -25,6 +25,7 @@ PAGE_LIST = (
     ("mirror_sd.py", "Mirror SD", "🪞", "Mirror_SD"),
     ("ssd.py", "SSD", "🔮", "SSD"),
     ("moa.py", "MoA", "🧩", "MoA"),
+    ("regime.py", "Regime", "🗺️", "Regime"),
 )
 
 pages = [st.Page(PAGES / name, title=title, icon=icon, url_path=url_path or None, default=not url_path)

@@ -1,0 +1,1 @@
+"""The regime map: which method wins on which hardware (docs/regime.md)."""
