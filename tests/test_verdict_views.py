@@ -430,7 +430,7 @@ def test_k_histogram_fits_a_p_on_synthetic_and_stored_rounds(runs):
     assert list(bars.x) == list(range(6)) and sum(bars.y) == 3000
     assert sum(law.y) == pytest.approx(3000)
     assert law.y[0] == pytest.approx(3000 * (1 - ssd.fit_acceptance(synthetic)))
-    assert f"a_p = {ssd.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
+    assert f"a = {ssd.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
     events = runs[SSD]
     rounds = [c for c in verdicts(events) if c.drafted]
     a_p = ssd.fit_acceptance(events)
@@ -495,9 +495,9 @@ def test_fanout_explorer_redraws_on_a_slider():
     box = fanout_explorer(a_p=0.6, r=0.5, budget=24, lookahead=7)
     sliders = {s.description.split(" ")[0]: s for s in box.children[0].children[0].children}
     readout = box.children[0].children[1]
-    assert set(sliders) == {"a_p", "r", "B", "K"}
+    assert set(sliders) == {"a", "r", "F", "γ"}  # specviz.notation: a, F (the budget), γ
     assert str(geometric_fanout(7, 24, 0.6, 0.5)) in readout.value
-    sliders["B"].value = 12
+    sliders["F"].value = 12
     assert str(geometric_fanout(7, 12, 0.6, 0.5)) in readout.value
 
 

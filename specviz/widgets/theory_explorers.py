@@ -180,8 +180,8 @@ def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
 
     geometric = geometric_fanout(lookahead, budget, a_p, r)
     uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
-    return (f"F<sub>k</sub> ∝ P(A = k)<sup>1/(1+r)</sup>: geometric <b>{geometric}</b> → P(hit) = "
-            f"<b>{predicted_hit_rate(geometric, a_p, r):.3f}</b>; uniform <b>{uniform}</b> → P(hit) = "
+    return (f"F<sub>A</sub> ∝ P(A)<sup>1/(1+r)</sup>: geometric <b>{geometric}</b> → h = "
+            f"<b>{predicted_hit_rate(geometric, a_p, r):.3f}</b>; uniform <b>{uniform}</b> → h = "
             f"<b>{predicted_hit_rate(uniform, a_p, r):.3f}</b> (miss model F<sup>−r</sup>)")
 
 
@@ -192,10 +192,10 @@ def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahea
     from ..views.ssd import fanout_figure
 
     sliders = dict(
-        a_p=W.FloatSlider(value=a_p, min=0.05, max=0.95, step=0.01, description="a_p (acceptance)"),
+        a_p=W.FloatSlider(value=a_p, min=0.05, max=0.95, step=0.01, description="a (per token)"),
         r=W.FloatSlider(value=r, min=0.05, max=2.0, step=0.05, description="r (miss exponent)"),
-        budget=W.IntSlider(value=budget, min=1, max=64, description="B (cache budget)"),
-        lookahead=W.IntSlider(value=lookahead, min=1, max=10, description="K (lookahead)"),
+        budget=W.IntSlider(value=budget, min=1, max=64, description="F (cache budget)"),
+        lookahead=W.IntSlider(value=lookahead, min=1, max=10, description="γ (lookahead)"),
     )
     return slider_explorer(sliders, lambda values: (fanout_readout(**values), [fanout_figure(**values)]))
 
