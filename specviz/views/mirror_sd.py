@@ -89,7 +89,7 @@ def hypothesis_grid(events: Sequence[Event], round_: int | None = None,
             verdict += f" · fallback: c is not in the early exit's top-{kappa} at j = {a}; a fresh rollout follows"
     fig.update_layout(title=dict(text=f"Round {r}: the early exit's top-{kappa} at layer {ee.exit_layer} "
                                       f"({len(ee.ids)} positions)<br><sup>{verdict}</sup>"),
-                      xaxis=dict(title="rank in the early exit's top-κ"),
+                      xaxis=dict(title="rank in the early exit's top list (kappa)"),
                       yaxis=dict(title="verified position", autorange="reversed"),
                       height=160 + 42 * len(rows), margin=dict(t=90, b=50))
     return fig
