@@ -385,5 +385,5 @@ def test_message_size_explorer_builds_and_reads_out():
     box = message_size_explorer()
     assert box.children
     text = message_size_readout(accepted=4, nodes=16, tli=0, kv_width=192, hidden=576)
-    assert "1,548 B" in text and "2,316 B" in text and "TLI = 1" in text  # 12 + 4·384 vs 12 + 4·576
+    assert "1,548 bytes" in text and "2,316 bytes" in text and "TLI = 1" in text  # 12 + 4·384 vs 12 + 4·576
     assert "bigger" in message_size_readout(accepted=4, nodes=16, tli=1, kv_width=192, hidden=576)

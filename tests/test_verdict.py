@@ -17,6 +17,7 @@ from engines.core.sampling import Sampler
 from engines.drafters.streaming import StreamingDraft, StreamingDrafter
 from engines.model.layers import LayerStack
 from engines.programs.verdict.branch_rollout import BranchDrafter
+from engines.programs.verdict.guesser import mirror_roots
 from engines.programs.verdict.speculation_cache import (
     Root,
     SpeculationCache,
@@ -84,6 +85,18 @@ def test_saguaro_moves_mass_off_the_top_f_and_stays_a_distribution():
     assert float(shaped[0] / shaped[2]) == pytest.approx(0.5 * 0.5 / 0.15)  # top-F scaled by C relative to the rest
     assert moved == pytest.approx(0.7 - float(shaped[:2].sum()))
     assert saguaro(probs, 2, 1.0)[0] is probs  # C = 1: plain sampling
+
+
+def test_mirror_roots_are_the_early_exits_top_kappa_less_each_drafted_token():
+    """Position j's roots are its top-κ without window[j] (refused when the verdict lands at j), ranked anew;
+    the last position (the bonus) keeps all κ; each root carries its early-exit log-probability."""
+    ids = [[5, 7, 9], [7, 2, 4], [1, 3, 8]]  # γ = 2 drafts → 3 verified positions, κ = 3
+    logprobs = torch.tensor([-0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7, -0.8, -0.9])
+    roots = mirror_roots(ids, logprobs, [7, 4])
+    assert [(r.k, r.token, r.rank) for r in roots] == [(0, 5, 0), (0, 9, 1), (1, 7, 0), (1, 2, 1),
+                                                       (2, 1, 0), (2, 3, 1), (2, 8, 2)]
+    assert [r.score for r in roots] == pytest.approx([-0.1, -0.3, -0.4, -0.5, -0.7, -0.8, -0.9])
+    assert mirror_roots([], torch.empty(0), [1]) == []
 
 
 # --- branch rollouts ---------------------------------------------------------------------------------

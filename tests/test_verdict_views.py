@@ -430,7 +430,7 @@ def test_k_histogram_fits_a_p_on_synthetic_and_stored_rounds(runs):
     assert list(bars.x) == list(range(6)) and sum(bars.y) == 3000
     assert sum(law.y) == pytest.approx(3000)
     assert law.y[0] == pytest.approx(3000 * (1 - ssd.fit_acceptance(synthetic)))
-    assert f"a_p = {ssd.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
+    assert f"a = {ssd.fit_acceptance(synthetic):.3f}" in fig.layout.title.text
     events = runs[SSD]
     rounds = [c for c in verdicts(events) if c.drafted]
     a_p = ssd.fit_acceptance(events)
@@ -495,9 +495,9 @@ def test_fanout_explorer_redraws_on_a_slider():
     box = fanout_explorer(a_p=0.6, r=0.5, budget=24, lookahead=7)
     sliders = {s.description.split(" ")[0]: s for s in box.children[0].children[0].children}
     readout = box.children[0].children[1]
-    assert set(sliders) == {"a_p", "r", "B", "K"}
+    assert set(sliders) == {"a", "r", "F", "γ"}  # specviz.notation: a, F (the budget), γ
     assert str(geometric_fanout(7, 24, 0.6, 0.5)) in readout.value
-    sliders["B"].value = 12
+    sliders["F"].value = 12
     assert str(geometric_fanout(7, 12, 0.6, 0.5)) in readout.value
 
 
@@ -521,3 +521,16 @@ def test_every_view_survives_an_empty_run():
     m = vv.verdict_metrics([])
     assert m["rounds"] == 0 and m["tau"] is None and m["law"] is None and m["hit_rate"] is None
     assert vv.draft_time_split([]) == [] and mirror_sd.overlap_rate([])["omega"] is None
+
+
+def test_waits_after_lookup_groups_the_next_rounds_wait_by_hit_and_miss():
+    events = [RunStart(t=0.0, method="ssd", config={}, model="m", device="cpu", dtype="float32",
+                       lanes={"target": "T", "draft": "D"}, lossless=True, prompt_tokens=3, max_new_tokens=4,
+                       temperature=0.0),
+              CacheLookup(t=0.1, round=1, accepted=0, token=3, hit=True, rank=0),
+              StageSpan(t=0.2, lane="T", stage="wait", round=2, start=0.15, end=0.2),
+              CacheLookup(t=0.3, round=2, accepted=1, token=4, hit=False, rank=-1),
+              StageSpan(t=0.5, lane="T", stage="wait", round=3, start=0.3, end=0.5),
+              StageSpan(t=0.5, lane="D", stage="wait", round=3, start=0.3, end=0.9)]
+    after = vv.waits_after_lookup(events)
+    assert after["hit"] == pytest.approx([0.05]) and after["miss"] == pytest.approx([0.2])

@@ -158,16 +158,16 @@ def cycle_time_figure(t_draft: float, t_verify: float, t_lsa: float, accepted: i
     x = [[r["profile"] for r in rows], [r["drafter"] for r in rows]]
     fig = go.Figure()
     for part, colour, label in (("draft", "#2e7d32", "T_draft (client)"), ("rtt", "#0288d1", "RTT"),
-                                ("transfer", DOWN_COLOUR, "8·bytes/BW"), ("verify", "#455a64", "T_verify (server)"),
+                                ("transfer", DOWN_COLOUR, "8·bytes/B"), ("verify", "#455a64", "T_verify (server)"),
                                 ("lsa", LSA_COLOUR, "T_LSA (server, MoA)")):
         fig.add_trace(go.Bar(x=x, y=[1e3 * r[part] for r in rows], name=label, marker_color=colour,
                              hovertemplate=f"{label}: %{{y:.2f}} ms<extra>%{{x}}</extra>"))
     if tau:
         fig.add_trace(go.Scatter(x=x, y=[1e3 * r["total"] for r in rows], mode="text", showlegend=False,
                                  text=[f"{tau / r['total']:.0f} tok/s" for r in rows], textposition="top center"))
-    fig.update_layout(title=dict(text="One client–server cycle: T_draft + RTT + 8(B_up + B_down)/BW + T_verify + T_LSA"
-                                      f"<br><sup>A = {accepted}, M = {nodes}, TLI = {tli}, mean RTT, no loss"
-                                      + (f", τ = {tau:g}" if tau else "") + " · [derived], docs/moa.md</sup>"),
+    fig.update_layout(title=dict(text="One client–server cycle: T_draft + RTT + 8(bytes up + bytes down)/B + T_verify + T_LSA"
+                                      f"<br><sup>τ = {accepted} accepted per cycle, n = {nodes} nodes, TLI = {tli}, mean RTT, no loss"
+                                      + (f", {tau:g} tokens per cycle" if tau and tau != accepted else "") + " · [derived], docs/moa.md</sup>"),
                       barmode="stack", height=400, margin=dict(t=80, b=40), yaxis=dict(title="ms per cycle"),
                       legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"))
     return fig

@@ -74,7 +74,7 @@ def ssd_cache_table(events: Sequence[Event], round_: int | None = None,
     fig.update_layout(title=dict(text=f"Round {r}: the speculation cache, fan-out {build.fanout}<br><sup>{verdict} · "
                                       f"{sum(counts.values())}/{len(lookups)} lookups hit over the run</sup>"),
                       xaxis=dict(title="fan-out slot (rank of the guess)"),
-                      yaxis=dict(title="accepted k", autorange="reversed"), height=170 + 40 * (k_max + 1),
+                      yaxis=dict(title="accepted drafts A", autorange="reversed"), height=170 + 40 * (k_max + 1),
                       margin=dict(t=90, b=50))
     return fig
 
@@ -107,10 +107,10 @@ def k_histogram(events: Sequence[Event]) -> go.Figure:
         law = acceptance_law(a_p, k_max)
         fig.add_trace(go.Scatter(x=ks, y=[len(rounds) * p for p in law], mode="lines+markers", name="geometric fit",
                                  line=dict(color="#c62828")))
-        title = f"Accepted length k: fitted a_p = {a_p:.3f} ({len(rounds)} rounds, K = {k_max})"
+        title = f"Accepted drafts A per round: fitted a = {a_p:.3f} ({len(rounds)} rounds, γ = {k_max})"
     else:
-        title = "Accepted length k: no verified round yet"
-    fig.update_layout(title=title, xaxis=dict(title="k (draft tokens accepted)", dtick=1),
+        title = "Accepted drafts A per round: no verified round yet"
+    fig.update_layout(title=title, xaxis=dict(title="A (draft tokens accepted)", dtick=1),
                       yaxis=dict(title="rounds"), height=340, margin=dict(t=60, b=40))
     return fig
 
@@ -140,7 +140,7 @@ def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figu
     if len(ranks) >= 4:
         grid = [f for f in range(1, top + 1)]
         fig.add_trace(go.Scatter(x=grid, y=[c * f ** (-r) for f in grid], mode="lines",
-                                 name=f"fit c·F^(−r): c = {c:.2f}, r = {r:.2f}", line=dict(color="#c62828")))
+                                 name=f"fit β·F^(−r): β = {c:.2f}, r = {r:.2f}", line=dict(color="#c62828")))
     builds = _of(events, CacheBuild)
     if builds and curve:
         fan = builds[-1].fanout
@@ -150,8 +150,8 @@ def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figu
             fig.add_trace(go.Scatter(x=[used], y=[1 - hit], mode="markers", name=f"this run (mean F = {used:.1f})",
                                      marker=dict(symbol="x", size=12, color="#222")))
     fig.update_layout(title=f"Miss rate vs fan-out ({len(ranks)} lookups)", height=360, margin=dict(t=60, b=40),
-                      xaxis=dict(title="fan-out F (guesses per k)", type="log"),
-                      yaxis=dict(title="1 − P(hit | F)", type="log"))
+                      xaxis=dict(title="fan-out F (guesses per row A)", type="log"),
+                      yaxis=dict(title="miss rate 1 − h at fan-out F", type="log"))
     return fig
 
 
@@ -202,8 +202,8 @@ def acceptance_vs_hit(points: Sequence[dict], lookahead: int | None = None, t_ve
                              marker=dict(size=13, color=[p.get("tokens_per_s") for p in points], colorscale="Viridis",
                                          showscale=True, colorbar=dict(title="tok/s"), line=dict(width=1, color="#222")),
                              hovertemplate="hit %{x:.2f} · acceptance %{y:.3f}<extra>%{text}</extra>"))
-    fig.update_layout(title=dict(text=f"SAGUARO: lower C trades acceptance for hits<br><sup>{note}</sup>"),
-                      xaxis=dict(title="hit rate P(hit)", range=[0, 1]), yaxis=dict(title="acceptance ρ = accepted/drafted",
+    fig.update_layout(title=dict(text=f"SAGUARO: acceptance α against hit rate h, one run per C<br><sup>{note}</sup>"),
+                      xaxis=dict(title="hit rate h", range=[0, 1]), yaxis=dict(title="α = accepted ÷ drafted",
                                                                                    rangemode="tozero"),
                       height=420, margin=dict(t=80, b=40))
     return fig
@@ -222,11 +222,11 @@ def fanout_figure(a_p: float, r: float, budget: int, lookahead: int, c: float = 
                          text=geometric, textposition="outside"), secondary_y=False)
     fig.add_trace(go.Bar(x=ks, y=uniform, name=f"uniform f = {budget // (lookahead + 1)} (Σ = {sum(uniform)})",
                          marker_color="#90a4ae", text=uniform, textposition="outside"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=ks, y=acceptance_law(a_p, lookahead), mode="lines+markers", name="P(A = k)",
+    fig.add_trace(go.Scatter(x=ks, y=acceptance_law(a_p, lookahead), mode="lines+markers", name="P(A)",
                              line=dict(color="#c62828", dash="dot")), secondary_y=True)
-    fig.update_layout(title=dict(text=f"Fan-out for a_p = {a_p:.2f}, r = {r:.2f}, B = {budget}, K = {lookahead}<br>"
-                                      f"<sup>predicted P(hit): geometric {hit_g:.3f} · uniform {hit_u:.3f}</sup>"),
-                      barmode="group", height=380, margin=dict(t=80, b=40), xaxis=dict(title="k accepted", dtick=1))
-    fig.update_yaxes(title_text="F_k (guesses)", range=[0, 1.2 * max(geometric + uniform + [1])], secondary_y=False)
-    fig.update_yaxes(title_text="P(A = k)", range=[0, 1], secondary_y=True)
+    fig.update_layout(title=dict(text=f"Fan-out for a = {a_p:.2f}, r = {r:.2f}, F = {budget}, γ = {lookahead}<br>"
+                                      f"<sup>predicted h: geometric {hit_g:.3f} · uniform {hit_u:.3f}</sup>"),
+                      barmode="group", height=380, margin=dict(t=80, b=40), xaxis=dict(title="A accepted", dtick=1))
+    fig.update_yaxes(title_text="F_A (guesses)", range=[0, 1.2 * max(geometric + uniform + [1])], secondary_y=False)
+    fig.update_yaxes(title_text="P(A)", range=[0, 1], secondary_y=True)
     return fig

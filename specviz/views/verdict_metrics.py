@@ -235,6 +235,18 @@ def _hop_seconds(hops: Sequence[dict], what: str) -> float | None:
     return _mean(h["seconds"] for h in hops if h["what"] == what and h["seconds"] is not None)
 
 
+def waits_after_lookup(events: Sequence[Event]) -> dict[str, list[float]]:
+    """The target's wait (seconds) at the start of each round, grouped by how the previous round's lookup went
+    (``hit`` or ``miss``): what a hit saves is the difference. Mirror-SD and SSD both log a lookup per round."""
+    target = run_lanes(events)[0]
+    waits = {s.round: s.end - s.start for s in _of(events, StageSpan) if s.stage == "wait" and s.lane == target}
+    after: dict[str, list[float]] = {"hit": [], "miss": []}
+    for lookup in _of(events, CacheLookup):
+        if lookup.round + 1 in waits:
+            after["hit" if lookup.hit else "miss"].append(waits[lookup.round + 1])
+    return after
+
+
 def verdict_metrics(events: Sequence[Event]) -> dict:
     """One run's numbers, with the latency law at the measured costs beside the measured throughput.
 

@@ -181,8 +181,8 @@ def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
 
     geometric = geometric_fanout(lookahead, budget, a_p, r)
     uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
-    return (f"F<sub>k</sub> ∝ P(A = k)<sup>1/(1+r)</sup>: geometric <b>{geometric}</b> → P(hit) = "
-            f"<b>{predicted_hit_rate(geometric, a_p, r):.3f}</b>; uniform <b>{uniform}</b> → P(hit) = "
+    return (f"F<sub>A</sub> ∝ P(A)<sup>1/(1+r)</sup>: geometric <b>{geometric}</b> → h = "
+            f"<b>{predicted_hit_rate(geometric, a_p, r):.3f}</b>; uniform <b>{uniform}</b> → h = "
             f"<b>{predicted_hit_rate(uniform, a_p, r):.3f}</b> (miss model F<sup>−r</sup>)")
 
 
@@ -193,10 +193,10 @@ def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahea
     from ..views.ssd import fanout_figure
 
     sliders = dict(
-        a_p=W.FloatSlider(value=a_p, min=0.05, max=0.95, step=0.01, description="a_p (acceptance)"),
+        a_p=W.FloatSlider(value=a_p, min=0.05, max=0.95, step=0.01, description="a (per token)"),
         r=W.FloatSlider(value=r, min=0.05, max=2.0, step=0.05, description="r (miss exponent)"),
-        budget=W.IntSlider(value=budget, min=1, max=64, description="B (cache budget)"),
-        lookahead=W.IntSlider(value=lookahead, min=1, max=10, description="K (lookahead)"),
+        budget=W.IntSlider(value=budget, min=1, max=64, description="F (cache budget)"),
+        lookahead=W.IntSlider(value=lookahead, min=1, max=10, description="γ (lookahead)"),
     )
     return slider_explorer(sliders, lambda values: (fanout_readout(**values), [fanout_figure(**values)]))
 
@@ -234,8 +234,8 @@ def message_size_readout(accepted: int, nodes: int, tli: int, kv_width: int, hid
     moa, eagle = down("moa"), down("eagle")
     even = moa_break_even_tli(hidden, kv_width)
     verdict = "bigger" if moa > eagle else ("the same size" if moa == eagle else "smaller")
-    return (f"down per cycle: MoA 3A + 2A·E<sub>kv</sub>·(TLI+1)·b = <b>{moa:,.0f} B</b> vs EAGLE 3A + A·E·b = "
-            f"<b>{eagle:,.0f} B</b> (MoA's is {verdict}); up 4M = <b>{4 * nodes:,} B</b> for both. "
+    return (f"down per cycle: MoA 3τ + 2τ·E<sub>kv</sub>·(TLI+1)·b = <b>{moa:,.0f} bytes</b> vs EAGLE 3τ + τ·E·b = "
+            f"<b>{eagle:,.0f} bytes</b> (MoA's is {verdict}); up 4n = <b>{4 * nodes:,} bytes</b> for both. "
             f"Break-even: MoA's message exceeds EAGLE's once 2·E<sub>kv</sub>·(TLI+1) &gt; E, i.e. from "
             f"<b>TLI = {even}</b> on.")
 
@@ -248,8 +248,8 @@ def message_size_explorer(accepted: int = 4, nodes: int = 16, tli: int = 0, kv_w
     from ..views.moa_messages import message_size_figure
 
     sliders = dict(
-        accepted=W.IntSlider(value=accepted, min=1, max=16, description="A (accepted)"),
-        nodes=W.IntSlider(value=nodes, min=1, max=60, description="M (tree nodes)"),
+        accepted=W.IntSlider(value=accepted, min=1, max=16, description="τ (accepted)"),
+        nodes=W.IntSlider(value=nodes, min=1, max=60, description="n (tree nodes)"),
         tli=W.IntSlider(value=tli, min=0, max=8, description="TLI"),
         kv_width=W.IntSlider(value=kv_width, min=16, max=2048, step=16, description="E_kv"),
         hidden=W.IntSlider(value=hidden, min=64, max=8192, step=64, description="E (hidden)"),

@@ -58,18 +58,7 @@ class Guesser:
         return rank
 
     def mirror_roots(self, ids: list[list[int]], logprobs: torch.Tensor, window: list[int]) -> list[Root]:
-        """(γ+1)·κ roots from the early exit's top-κ, each position's drafted token left out (a rejected
-        token is never the correction)."""
-        kappa = len(ids[0]) if ids else 0
-        roots = []
-        for j, row in enumerate(ids):
-            rank = 0
-            for i, token in enumerate(row):
-                if j < len(window) and token == window[j]:
-                    continue
-                roots.append(Root(j, token, rank, float(logprobs[j * kappa + i])))
-                rank += 1
-        return roots
+        return mirror_roots(ids, logprobs, window)
 
     def shaper(self, fan: list[int]):
         """SAGUARO: draw window position d from σ_{F_d, C} (its top-F_d, or F_d + 1, tokens scaled by C)."""
@@ -78,3 +67,21 @@ class Guesser:
             return None
         extra = 1 if plan.saguaro_top == "f+1" else 0
         return lambda d, q: saguaro(q, fan[min(d, len(fan) - 1)] + extra, plan.c)
+
+
+def mirror_roots(ids: list[list[int]], logprobs: torch.Tensor, window: list[int]) -> list[Root]:
+    """Mirror-SD's guessed verdicts: (γ+1)·κ roots from the early exit's top-κ ``ids`` (one row per verified
+    position j, best first; ``logprobs`` flat, row-major), each position's drafted token left out, because a
+    verdict lands at j only when the target refused ``window[j]``, so that token is never the correction.
+
+    A module-level function (not a method) so notebook 06's exercise can swap it for the reader's own."""
+    kappa = len(ids[0]) if ids else 0
+    roots = []
+    for j, row in enumerate(ids):
+        rank = 0
+        for i, token in enumerate(row):
+            if j < len(window) and token == window[j]:
+                continue
+            roots.append(Root(j, token, rank, float(logprobs[j * kappa + i])))
+            rank += 1
+    return roots
