@@ -39,6 +39,9 @@ SYMBOLS: dict[str, Symbol] = {s.symbol: s for s in [
     Symbol("T", "sampling temperature (T = 0: greedy)", "temperature"),
     Symbol("x", "a token; x* the token the target commits after the accepted drafts"),
     Symbol("a", "per-token acceptance probability in the i.i.d. model of Leviathan et al."),
+    Symbol("A", "drafts accepted in one round (0 … γ)"),
+    Symbol("Tₓ", "T with a subscript is the time of one part of a round (T_v verification, T_gen drafting), never a "
+                 "temperature"),
     Symbol("d", "a draft tree's depth", "depth"),
     Symbol("k", "children kept per tree node (top-k)", "topk"),
     Symbol("n", "nodes a tree sends to verification", "nodes"),
@@ -47,6 +50,8 @@ SYMBOLS: dict[str, Symbol] = {s.symbol: s for s in [
     Symbol("ℓ", "exit layer: the draft reads the target's hidden state after layer ℓ", "exit_layer"),
     Symbol("P", "pipeline stages (PPSD), one lane each", "stages"),
     Symbol("ρ", "PPSD's utilisation: useful stage ticks ÷ all stage ticks"),
+    Symbol("κ", "Mirror-SD's early-exit top list: candidates per drafted position", "kappa"),
+    Symbol("f", "SSD's uniform fan-out: guesses prepared per draft position", "f"),
     Symbol("F", "fan-out: branches the speculation cache prepares per round (SSD)", "fan_out"),
     Symbol("h", "cache hit rate: rounds whose verdict the cache had prepared ÷ rounds", "hit_rate"),
     Symbol("C", "SAGUARO's fan-out constant: weight of the bonus branch against the rest", "saguaro_c"),
