@@ -209,9 +209,9 @@ def test_gain_heatmap_draws_eq7_and_its_alpha_one_value():
 
 
 def test_speedup_surface_lines_and_measured_markers():
-    points = [{"alpha": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
-              {"alpha": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
-              {"alpha": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
+    points = [{"position_acceptance": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
+              {"position_acceptance": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
+              {"position_acceptance": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
     fig = ppsd_theory.speedup_surface_figure(30, 5, points)
     lines = [t for t in fig.data if t.mode == "lines"]
     assert len(lines) == 2 * len(ppsd_theory.SHIPPED_EXITS)
@@ -226,9 +226,9 @@ def test_speedup_surface_lines_and_measured_markers():
 
 
 def test_speedup_vs_exit_marks_virtual_points():
-    points = [{"exit_layer": e, "head": head, "speedup": s, "clock": clock, "alpha": 0.5}
+    points = [{"exit_layer": e, "head": head, "speedup": s, "clock": clock, "position_acceptance": 0.5}
               for e, s in ((6, 1.4), (15, 1.1)) for head in ("norm", "layer") for clock in ("wall", "virtual")]
-    points.append({"exit_layer": 3, "head": "layer", "speedup": None, "clock": "wall", "alpha": 0.5})
+    points.append({"exit_layer": 3, "head": "layer", "speedup": None, "clock": "wall", "position_acceptance": 0.5})
     fig = ppsd_theory.speedup_vs_exit_figure(points, n_layers=30)
     lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
     assert set(lines) == {"layer head (wall clock)", "layer head [clock=virtual]", "norm head (wall clock)",

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .runner import ONE_LANE_AR
+from .tallies import position_acceptance
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -108,7 +109,7 @@ def pipeline_table(methods: dict) -> list[str]:
         o = methods[label]["overall"]
         stage = " / ".join(f"{v * 1e3:.1f}" for v in p["stage_seconds"].values())
         idle = " / ".join(f"{v:.0%}" for v in p["idle"].values())
-        lines.append(f"| {label} | {o.get('clock', 'wall')} | {p['stages']} | {p['alpha']:.2f} | "
+        lines.append(f"| {label} | {o.get('clock', 'wall')} | {p['stages']} | {position_acceptance(p):.2f} | "
                      f"{p['ticks_per_token']:.2f} | {p['tick_seconds'] * 1e3:.1f} | {stage} | {idle} | "
                      f"{p['message_seconds'] * 1e3:.2f} | {p['message_bytes_per_token']:.0f} | {o['tokens_per_s']:.1f} | "
                      f"{_fmt(p['eq6_tokens_per_s'], '{:.1f}')} | {_fmt(p['of_eq6'], '{:.0%}')} |")

@@ -115,26 +115,26 @@ def tree_theory_readout(coverage: dict[int, float], depth: int, topk: int, draft
     shapes = [("chain (top-1 only)", expected_tree_tokens(probs[:1], depth), depth),
               (f"full tree ({topk} children everywhere)", expected_tree_tokens(probs, depth),
                full_tree_nodes(topk, depth)),
-              (f"best tree of N = {nodes} nodes", expected_tree_tokens(probs, depth, nodes), nodes)]
+              (f"best tree of n = {nodes} nodes", expected_tree_tokens(probs, depth, nodes), nodes)]
     rows = "".join(f"<tr><td>{name}</td><td>{tau:.2f}</td><td>{n:,}</td>"
                    f"<td>{tree_speedup(tau, n, depth, draft_cost, curve.cost):.2f}×</td></tr>"
                    for name, tau, n in shapes)
-    return (f"a = a<sub>1</sub> = <b>{a1:.2f}</b>, a<sub>{topk}</sub> = <b>{ak:.2f}</b> (top-{topk} coverage); "
-            "τ<sub>chain</sub> = (1 − a<sup>D+1</sup>)/(1 − a); "
-            "speedup ≈ τ·cost(1) / (D·c·cost(1) + cost(N + 1))"
-            "<table style='margin-top:4px'><tr><th style='text-align:left'>shape</th><th>τ</th><th>nodes N</th>"
-            f"<th>speedup</th></tr>{rows}</table>")
+    return (f"a = r<sub>1</sub> = <b>{a1:.2f}</b>, r<sub>1</sub> + … + r<sub>{topk}</sub> = <b>{ak:.2f}</b> "
+            f"(top-{topk} coverage); τ<sub>chain</sub> = (1 − a<sup>d+1</sup>)/(1 − a); "
+            "S ≈ τ·cost(1) / (d·c·cost(1) + cost(n + 1))"
+            "<table style='margin-top:4px'><tr><th style='text-align:left'>shape</th><th>τ</th><th>nodes n</th>"
+            f"<th>S</th></tr>{rows}</table>")
 
 
 def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk: int = 4, draft_cost: float = 0.1,
                          nodes: int = 12) -> W.VBox:
-    """Sliders D, k, c and N → what a tree is expected to commit and cost on this machine's verify-cost
+    """Sliders d, k, c and n → what a tree is expected to commit and cost on this machine's verify-cost
     ``curve``, with ``coverage`` the drafter's measured top-k agreement ``{k: a_k}``."""
     sliders = dict(
-        depth=W.IntSlider(value=depth, min=1, max=8, description="D (depth)"),
+        depth=W.IntSlider(value=depth, min=1, max=8, description="d (depth)"),
         topk=W.IntSlider(value=topk, min=1, max=8, description="k (candidates)"),
         draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c (draft level)"),
-        nodes=W.IntSlider(value=nodes, min=1, max=60, description="N (nodes sent)"),
+        nodes=W.IntSlider(value=nodes, min=1, max=60, description="n (nodes sent)"),
     )
 
     def render(values: dict):
