@@ -156,11 +156,11 @@ def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0,
     LM head call."""
     n = len(layer_bytes)
     sliders = dict(
-        flash_mb_s=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="BW (MB/s)",
+        flash_mb_s=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="B (MB/s)",
                                     readout_format=".0f"),
         tau=W.FloatSlider(value=tau, min=1.0, max=8.0, step=0.05, description="τ (tokens/cycle)"),
-        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄ (drafts)"),
-        sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="L_SV (resident)"),
+        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ (drafts)"),
+        sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="ℓ_SV (resident)"),
     )
 
     def render(values: dict):
@@ -211,7 +211,7 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
     sliders = dict(
         alpha=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="a (per token)",
                             tooltip="a: the probability that each drafted token is accepted (per-token acceptance)"),
-        exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="E (exit layer)"),
+        exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="ℓ (exit layer)"),
         gamma=W.IntSlider(value=gamma, min=1, max=16, description="γ (EESD drafts)"),
     )
     return slider_explorer(sliders, lambda values: (formula_readout(**values, n_layers=n_layers),
