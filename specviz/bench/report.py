@@ -98,12 +98,12 @@ def pipeline_table(methods: dict) -> list[str]:
     if not rows:
         return []
     lines = ["", "## Pipelines: where the time went (overall)", "",
-             "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, S if none is). "
+             "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, P if none is). "
              "Stage ms: median compute per stage; idle: each lane's idle share of the decode time; message: median "
              "wait from one stage's end to the next one's start on the same tick. Per-position acceptance a: "
-             "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)S)) with tick = slowest "
+             "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)P)) with tick = slowest "
              "stage + message.", "",
-             "| method | clock | S | per-position acceptance | ticks/token | tick ms | stage ms | idle | message ms | "
+             "| method | clock | P | per-position acceptance αᵢ | ticks/token | tick ms | stage ms | idle | message ms | "
              "bytes/token | tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
     for label, p in rows.items():
         o = methods[label]["overall"]
