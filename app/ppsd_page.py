@@ -136,7 +136,7 @@ def metric_values(events: Sequence[Event], n_layers: int, ar_events: Sequence[Ev
     metrics = pipeline_metrics(events)
     clock = start.clock if start is not None else "wall"
     point = measured_point(events, ar_events)
-    rho = ppsd_speedup(point["alpha"], point["exit_layer"], n_layers)
+    rho = ppsd_speedup(point["position_acceptance"], point["exit_layer"], n_layers)
     values = {"tok/s": f"{end.stats['tokens_per_s']:.1f}",
               "α (acceptance rate)": f"{end.stats['acceptance_rate']:.2f}" if end.stats.get("drafted") else "—"}
     if metrics:

@@ -19,6 +19,7 @@ from engines import Engine
 from engines.core.trace import Trace, read_jsonl, write_jsonl
 from engines.lanes import Emit, LaneClocks, LaneError, LaneSpec, Message, MessageCost, Recv, Send, run_serial
 from engines.lanes.runtime import PROJECT_ROOT
+from engines.programs.pipeline import stage_count
 from specviz.theory import ppsd_gain, ppsd_speedup
 from specviz.views.ppsd_pipeline import gantt_rows, pipeline_metrics
 from tests.conftest import tiny_llama
@@ -88,6 +89,20 @@ def test_events_tell_the_pipeline_story(engine):
     starts = [e.start for e in result.events if e.kind == "stage_compute"]
     assert all(0.0 <= s <= result.events[-1].t for s in starts)  # worker times on the driver's clock
     assert {r["fate"] for r in gantt_rows(result.events)} <= {"prefill", "accepted", "rejected", "flushed", "unused"}
+
+
+@pytest.mark.parametrize("exit_layer", [1, 2])
+def test_the_tick_scheduler_charges_one_tick_per_accepted_draft_and_s_per_rejected_one(engine, exit_layer):
+    """Stage 1 keeps S − 1 drafts in flight (pipeline.must_collect), so Eq. 6's count holds exactly: every
+    judged draft costs a tick, every rejection S − 1 more (the stale drafts behind it), and the first fill
+    S − 1. A scheduler that waits for each verdict, or runs further ahead, gives another count."""
+    result = engine.run(PROMPT, "ppsd", max_new_tokens=24, exit_layer=exit_layer, head="none", mode="virtual")
+    stages = stage_count(engine.target.n_layers, exit_layer)
+    ticks = max(e.tick for e in result.events if e.kind == "stage_compute" and e.stage == 0)
+    fates = [fate for e in result.events if e.kind == "commit" for fate in e.fates]  # one per judged draft
+    rejected = fates.count("correction")
+    assert rejected > 0 and stages > 1
+    assert ticks == len(fates) + (stages - 1) * (rejected + 1)
 
 
 def test_trace_round_trips(engine, tmp_path):

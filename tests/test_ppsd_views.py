@@ -150,14 +150,14 @@ def test_virtual_runs_say_clock_virtual_everywhere(serial, virtual):
 def test_metrics_rows_put_eq6_beside_the_measurement(engine, serial):
     ar = engine.run(PROMPT, "ar", max_new_tokens=24).events
     rows = {r["run"]: r for r in pv.run_metrics_rows({"ar": ar, "ppsd": serial}, N_LAYERS)}
-    assert rows["ar"]["per-position acceptance"] is None and rows["ar"]["speedup vs ar"] == pytest.approx(1.0)
+    assert rows["ar"]["per-position acceptance"] is None and rows["ar"]["S vs ar"] == pytest.approx(1.0)
     row = rows["ppsd"]
     end, base = serial[-1], ar[-1]
-    assert row["speedup vs ar"] == pytest.approx(end.stats["tokens_per_s"] / base.stats["tokens_per_s"])
+    assert row["S vs ar"] == pytest.approx(end.stats["tokens_per_s"] / base.stats["tokens_per_s"])
     assert row["per-position acceptance"] == pytest.approx(end.stats["per_token_acceptance"])
     measured = row["per-position acceptance"]
-    assert row["Eq. 6 ρ* (measured a)"] == pytest.approx(ppsd_speedup(measured, EXIT, N_LAYERS))
-    assert row["stages S"] == 2 and 1.0 <= row["ticks/token"] <= 3.0, "1 if every draft is accepted, about S if none is"
+    assert row["Eq. 6 S (measured a)"] == pytest.approx(ppsd_speedup(measured, EXIT, N_LAYERS))
+    assert row["stages P"] == 2 and 1.0 <= row["ticks/token"] <= 3.0, "1 if every draft is accepted, about P if none is"
     assert row["tick ms"] > 0
     assert row["Eq. 6 tok/s (measured a, tick)"] is None, "a serial run's stages never overlap: Eq. 6 does not apply"
     assert re.fullmatch(r"cpu0/stage1 \d+% · cpu0/stage2 \d+%", row["idle"])
@@ -209,9 +209,9 @@ def test_gain_heatmap_draws_eq7_and_its_alpha_one_value():
 
 
 def test_speedup_surface_lines_and_measured_markers():
-    points = [{"alpha": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
-              {"alpha": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
-              {"alpha": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
+    points = [{"position_acceptance": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
+              {"position_acceptance": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
+              {"position_acceptance": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
     fig = ppsd_theory.speedup_surface_figure(30, 5, points)
     lines = [t for t in fig.data if t.mode == "lines"]
     assert len(lines) == 2 * len(ppsd_theory.SHIPPED_EXITS)
@@ -226,9 +226,9 @@ def test_speedup_surface_lines_and_measured_markers():
 
 
 def test_speedup_vs_exit_marks_virtual_points():
-    points = [{"exit_layer": e, "head": head, "speedup": s, "clock": clock, "alpha": 0.5}
+    points = [{"exit_layer": e, "head": head, "speedup": s, "clock": clock, "position_acceptance": 0.5}
               for e, s in ((6, 1.4), (15, 1.1)) for head in ("norm", "layer") for clock in ("wall", "virtual")]
-    points.append({"exit_layer": 3, "head": "layer", "speedup": None, "clock": "wall", "alpha": 0.5})
+    points.append({"exit_layer": 3, "head": "layer", "speedup": None, "clock": "wall", "position_acceptance": 0.5})
     fig = ppsd_theory.speedup_vs_exit_figure(points, n_layers=30)
     lines = {t.name: t for t in fig.data if t.mode == "lines+markers"}
     assert set(lines) == {"layer head (wall clock)", "layer head [clock=virtual]", "norm head (wall clock)",
@@ -281,7 +281,7 @@ def test_a_virtual_run_is_compared_with_one_lane_never_with_a_multithreaded_wall
     assert pv.baseline_for(everywhere, runs) is everywhere  # a wall-clock run: ar at its fastest
     rows = {r["run"].split(" [")[0]: r for r in pv.run_metrics_rows(runs, N_LAYERS)}
     one_lane_speed = one_lane[-1].stats["tokens_per_s"]
-    assert rows["ppsd"]["speedup vs ar"] == pytest.approx(virtual[-1].stats["tokens_per_s"] / one_lane_speed)
+    assert rows["ppsd"]["S vs ar"] == pytest.approx(virtual[-1].stats["tokens_per_s"] / one_lane_speed)
 
 
 def test_the_recorded_exit_sweep_becomes_points():

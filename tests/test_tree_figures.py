@@ -262,7 +262,7 @@ def test_shipped_eagle_agreement_and_theory_figures():
         heldout_topk_agreement("nope")
     probs = rank_probabilities(coverage, 4)
     fig = tree_budget_figure(probs, 5, 0.1, FakeCurve(), nodes=12)
-    assert {t.name for t in fig.data} >= {"best tree, k = 4", "your N = 12", "chain of depth 5 (N = 5)"}
+    assert {t.name for t in fig.data} >= {"best tree, k = 4", "your n = 12", "chain of depth 5 (n = 5)"}
     tau = next(t for t in fig.data if t.name == "best tree, k = 4" and t.xaxis == "x")
     assert tau.y[11] == pytest.approx(expected_tree_tokens(probs, 5, 12))
     assert len(verify_cost_figure(FakeCurve(), highlight=13).data) == 3

@@ -75,6 +75,13 @@ class StagePiece:
         return self.stack.logits(hidden[:, -1:])[-1]
 
 
+def must_collect(in_flight: int, n_stages: int, done: bool) -> bool:
+    """The tick scheduler: must stage 1 wait for a verdict before its next tick? It keeps at most S − 1 drafts
+    unverified when a tick starts, so each is judged S ticks after it entered (an accepted token costs one
+    tick, a rejected one S); once the answer is complete it collects every verdict still in flight."""
+    return in_flight > 0 and (in_flight > n_stages - 1 or done)
+
+
 def first_stage(lane, ctx: DecodeContext, piece: StagePiece, n_stages: int, sampler: Sampler, lanes: list[str]):
     """Rank 0: draft, send, and commit what the last stage judged (one token per judged draft)."""
     out = Transcript(ctx)
@@ -100,8 +107,7 @@ def first_stage(lane, ctx: DecodeContext, piece: StagePiece, n_stages: int, samp
                                       bytes=message.nbytes()))
             in_flight += 1
             inputs, position, draft_input = [token], position + len(inputs), True
-        # at most S − 1 drafts unverified when the next tick starts; all of them once we are done
-        while in_flight and (in_flight > n_stages - 1 or out.done):
+        while must_collect(in_flight, n_stages, out.done):
             reply = yield Recv(last)
             in_flight -= 1
             if reply.flag == DROPPED or out.done:

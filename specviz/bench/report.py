@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .runner import ONE_LANE_AR
+from .tallies import position_acceptance
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -97,18 +98,18 @@ def pipeline_table(methods: dict) -> list[str]:
     if not rows:
         return []
     lines = ["", "## Pipelines: where the time went (overall)", "",
-             "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, S if none is). "
+             "Ticks per token: stage-1 steps per committed token (1 if every draft is accepted, P if none is). "
              "Stage ms: median compute per stage; idle: each lane's idle share of the decode time; message: median "
              "wait from one stage's end to the next one's start on the same tick. Per-position acceptance a: "
-             "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)S)) with tick = slowest "
+             "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)P)) with tick = slowest "
              "stage + message.", "",
-             "| method | clock | S | per-position acceptance | ticks/token | tick ms | stage ms | idle | message ms | "
+             "| method | clock | P | per-position acceptance αᵢ | ticks/token | tick ms | stage ms | idle | message ms | "
              "bytes/token | tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
     for label, p in rows.items():
         o = methods[label]["overall"]
         stage = " / ".join(f"{v * 1e3:.1f}" for v in p["stage_seconds"].values())
         idle = " / ".join(f"{v:.0%}" for v in p["idle"].values())
-        lines.append(f"| {label} | {o.get('clock', 'wall')} | {p['stages']} | {p['alpha']:.2f} | "
+        lines.append(f"| {label} | {o.get('clock', 'wall')} | {p['stages']} | {position_acceptance(p):.2f} | "
                      f"{p['ticks_per_token']:.2f} | {p['tick_seconds'] * 1e3:.1f} | {stage} | {idle} | "
                      f"{p['message_seconds'] * 1e3:.2f} | {p['message_bytes_per_token']:.0f} | {o['tokens_per_s']:.1f} | "
                      f"{_fmt(p['eq6_tokens_per_s'], '{:.1f}')} | {_fmt(p['of_eq6'], '{:.0%}')} |")

@@ -144,7 +144,7 @@ class PipelineTally:
             self.stage_seconds[lane].append(seconds)
 
     def summary(self, tokens_per_s: float) -> dict:
-        """Eq. 6 at the pooled per-position acceptance (``alpha``: accepted ÷ drafts the last stage judged, the
+        """Eq. 6 at the pooled per-position acceptance (``position_acceptance``, αᵢ: accepted ÷ drafts the last stage judged, the
         per-token acceptance probability the formula takes) with one tick = the slowest stage's median
         compute + the message time."""
         from statistics import median
@@ -153,11 +153,17 @@ class PipelineTally:
         stage = {lane: median(values) for lane, values in self.stage_seconds.items()}
         message = median(self.message_seconds)
         eq6 = None if self.serial else ppsd_tokens_per_s(alpha, self.stages, max(stage.values()) + message)
-        return {"stages": self.stages, "alpha": alpha, "ticks_per_token": self.ticks / max(self.tokens, 1),
+        return {"stages": self.stages, "position_acceptance": alpha, "ticks_per_token": self.ticks / max(self.tokens, 1),
                 "tick_seconds": self.span / max(self.ticks, 1), "stage_seconds": stage,
                 "idle": {lane: 1 - busy / self.span for lane, busy in self.busy.items()},
                 "message_seconds": message, "message_bytes_per_token": self.message_bytes / max(self.tokens, 1),
                 "eq6_tokens_per_s": eq6, "of_eq6": tokens_per_s / eq6 if eq6 else None}
+
+
+def position_acceptance(pipeline: dict) -> float | None:
+    """A pipeline summary's per-position acceptance αᵢ. Runs recorded before the key was renamed stored it as
+    ``alpha`` (the letter the notation keeps for accepted ÷ drafted); their JSON under data/bench/ is read as is."""
+    return pipeline.get("position_acceptance", pipeline.get("alpha"))
 
 
 class VerdictTally:

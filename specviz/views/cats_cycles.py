@@ -55,9 +55,9 @@ from .draft_trees import Detokenize, node_outcomes, root_token, token_label, tre
 MB = weight_stream.MB
 STAGE_COLOURS = {"prefill": "#9e9e9e", "draft": "#1565c0", "sv": "#8e24aa", "reforward": "#ef6c00",
                  "verify": "#78909c"}
-STAGE_LABELS = {"prefill": "prefill", "draft": "draft (layers 1..L_DM + DM adapter, γ̄ steps)",
-                "sv": "shallow verify (layers L_DM+1..L_SV + SV adapter)",
-                "reforward": "re-forward (corrections + last draft, layers 1..L_SV)",
+STAGE_LABELS = {"prefill": "prefill", "draft": "draft (layers 1..ℓ_DM + DM adapter, γ steps)",
+                "sv": "shallow verify (layers ℓ_DM+1..ℓ_SV + SV adapter)",
+                "reforward": "re-forward (corrections + last draft, layers 1..ℓ_SV)",
                 "verify": "verify (deep layers over the tree, walk, rollback)"}
 IO_COLOUR = "#00897b"
 CHUNK_COMPUTE_COLOUR = "#263238"

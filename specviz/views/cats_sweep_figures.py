@@ -24,8 +24,8 @@ def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
     if along not in ("sv_layer", "gamma"):
         raise ValueError(f"along must be 'sv_layer' or 'gamma', got {along!r}")
     points = sweep["sv_points" if along == "sv_layer" else "gamma_points"]
-    axis = ("L_SV: the shallow verifier's layer (layers 1..L_SV resident)" if along == "sv_layer"
-            else f"γ̄: drafting passes per cycle (L_SV = {sweep['sv_layer']})")
+    axis = ("ℓ_SV: the shallow verifier's layer (layers 1..ℓ_SV resident)" if along == "sv_layer"
+            else f"γ: drafting passes per cycle (ℓ_SV = {sweep['sv_layer']})")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
         "BPT: MB streamed per committed token", "speedup over ar under the same budget"))
     xs = [p[along] for p in points]
@@ -51,7 +51,7 @@ def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
                              hovertemplate="ar: %{y:.2f} MB per token<extra></extra>"), row=1, col=1)
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=1, col=2)
     note = "; ".join(sweep.get("notes", [])) if along == "sv_layer" else ""
-    title = (f"CATS against {'L_SV' if along == 'sv_layer' else 'γ̄'} · flash {sweep['flash_mb_s']:g} MB/s, "
+    title = (f"CATS against {'ℓ_SV' if along == 'sv_layer' else 'γ'} · flash {sweep['flash_mb_s']:g} MB/s, "
              f"{sweep['max_new_tokens']} tokens per run")
     if note:
         title += f"<br><sup>{note}</sup>"
@@ -112,16 +112,16 @@ def cats_theory_readout(model: TimeModel, flash_mb_s: float) -> str:
     """The model's numbers at one bandwidth, as HTML: bytes, BPT, the cycle and the speedup."""
     cycle, ar = model.cycle_seconds(flash_mb_s), model.ar_token_seconds(flash_mb_s)
     io = model.deep_bytes / (flash_mb_s * MB)
-    return (f"B<sub>deep</sub> = <b>{model.deep_bytes / MB:.1f} MB</b> streamed per deep pass; "
-            f"BPT<sub>CATS</sub> = B/τ = <b>{model.bytes_per_token / MB:.1f} MB</b> per token "
+    return (f"bytes<sub>deep</sub> = <b>{model.deep_bytes / MB:.1f} MB</b> streamed per deep pass; "
+            f"BPT<sub>CATS</sub> = bytes/τ = <b>{model.bytes_per_token / MB:.1f} MB</b> per token "
             f"(ar: {model.ar_deep_bytes / MB:.1f} MB)<br>"
-            f"T<sub>cycle</sub> = γ̄·t<sub>DM</sub> + t<sub>SV</sub> + t<sub>ref</sub> + max(B/BW, t<sub>deep</sub>) "
+            f"T<sub>cycle</sub> = γ·t<sub>DM</sub> + t<sub>SV</sub> + t<sub>ref</sub> + max(bytes/B, t<sub>deep</sub>) "
             f"+ t<sub>other</sub> = {model.gamma:g}·{1e3 * model.draft_step:.1f} + {1e3 * model.shallow_verify:.1f} + "
             f"{1e3 * model.reforward:.1f} + max({1e3 * io:.1f}, {1e3 * model.deep_compute:.1f}) + "
             f"{1e3 * model.other:.1f} = <b>{1e3 * cycle:.1f} ms</b><br>"
-            f"T<sub>AR</sub> = <b>{1e3 * ar:.1f} ms</b> per token; speedup = τ·T<sub>AR</sub>/T<sub>cycle</sub> = "
+            f"T<sub>AR</sub> = <b>{1e3 * ar:.1f} ms</b> per token; S = τ·T<sub>AR</sub>/T<sub>cycle</sub> = "
             f"{model.tau:.2f}·{1e3 * ar:.1f}/{1e3 * cycle:.1f} = <b>{model.speedup(flash_mb_s):.2f}×</b> "
-            f"(at the slowest flash: τ·B<sub>AR</sub>/B = {model.asymptote:.2f}×)")
+            f"(at the slowest flash: τ·bytes<sub>AR</sub>/bytes = {model.asymptote:.2f}×)")
 
 
 def cats_theory_figure(model: TimeModel, flash_mb_s: float, grid: tuple[float, float] = (50.0, 5000.0)) -> go.Figure:

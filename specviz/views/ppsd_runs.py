@@ -209,7 +209,7 @@ def baseline_for(events: Sequence[Event], runs: Mapping[str, Sequence[Event]]) -
 
 
 def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = None, label: str | None = None) -> dict:
-    """One finished run as a point for the formula figures: its method, exit layer, head, ``alpha`` (the
+    """One finished run as a point for the formula figures: its method, exit layer, head, ``position_acceptance`` (αᵢ, the
     per-position acceptance, accepted ÷ draft positions the target judged: the formulas' a), tokens/s,
     speedup over ``baseline`` (an ``ar`` run of the same prompt; None without one, or if the two clocks
     cannot be compared: see :func:`comparable`) and clock."""
@@ -223,7 +223,7 @@ def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = N
             speedup = end.stats["tokens_per_s"] / base.stats["tokens_per_s"]
     config = start.config or {}
     return {"method": start.method, "exit_layer": config.get("exit_layer"), "head": config.get("head"),
-            "alpha": end.stats.get("per_token_acceptance", end.stats.get("acceptance_rate", 0.0)),
+            "position_acceptance": end.stats.get("per_token_acceptance", end.stats.get("acceptance_rate", 0.0)),
             "tokens_per_s": end.stats["tokens_per_s"], "speedup": speedup, "clock": start.clock,
             "label": clock_label(label or start.method, events)}
 
@@ -242,20 +242,20 @@ def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baselin
         base = baseline_for(events, runs) if baseline == "auto" else runs.get(baseline) if baseline else None
         point = measured_point(events, base)
         row = {"run": clock_label(name, events), "clock": start.clock, "tok/s": end.stats["tokens_per_s"],
-               "speedup vs ar": point["speedup"],
-               "per-position acceptance": point["alpha"] if start.method != "ar" else None}
+               "S vs ar": point["speedup"],
+               "per-position acceptance": point["position_acceptance"] if start.method != "ar" else None}
         metrics = pipeline_metrics(events)
         if metrics:
             exit_layer = point["exit_layer"]
             row.update({
-                "stages S": metrics["stages"], "ticks/token": metrics["ticks_per_token"],
+                "stages P": metrics["stages"], "ticks/token": metrics["ticks_per_token"],
                 "tick ms": _ms(metrics["tick_seconds"]),
                 "stage ms": " · ".join(f"{lane} {1e3 * s:.1f}" for lane, s in metrics["stage_seconds"].items()),
                 "idle": " · ".join(f"{lane} {100 * v:.0f}%" for lane, v in metrics["idle"].items()),
                 "message ms": _ms(metrics["message_seconds"]),
                 "message kB/token": (metrics["message_bytes_per_token"] or 0.0) / 1e3,
                 "Eq. 6 tok/s (measured a, tick)": metrics["eq6_tokens_per_s"],
-                "Eq. 6 ρ* (measured a)": ppsd_speedup(point["alpha"], exit_layer, n_layers) if exit_layer else None,
+                "Eq. 6 S (measured a)": ppsd_speedup(point["position_acceptance"], exit_layer, n_layers) if exit_layer else None,
             })
         rows.append(row)
     return rows

@@ -38,7 +38,7 @@ def exit_colour(exit_layer: int, exits: Sequence[int] = SHIPPED_EXITS) -> str:
 def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequence[dict] | None = None,
                            exits: Sequence[int] = SHIPPED_EXITS) -> go.Figure:
     """ρ*(a, E) of Eq. 6 (left) against EESD's ρ(a, γ, E) of Eq. 4 (right), one line per exit layer E, on one
-    y scale. ``measured``: dicts with ``alpha`` (a per-position acceptance), ``exit_layer``, ``speedup``,
+    y scale. ``measured``: dicts with ``position_acceptance`` (αᵢ), ``exit_layer``, ``speedup``,
     ``label``, ``clock`` (and ``method``: ``eesd`` points go on the right, the rest on the left);
     virtual-clock points are open markers labelled clock=virtual."""
     alphas = _alphas()
@@ -58,13 +58,13 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
         col = 2 if point.get("method") == "eesd" else 1
         virtual = point.get("clock") == "virtual"
         e = point["exit_layer"]
-        theory = (eesd_speedup(point["alpha"], gamma, e, n_layers) if col == 2
-                  else ppsd_speedup(point["alpha"], e, n_layers))
+        theory = (eesd_speedup(point["position_acceptance"], gamma, e, n_layers) if col == 2
+                  else ppsd_speedup(point["position_acceptance"], e, n_layers))
         label = point.get("label", f"E = {e}")
         if virtual and VIRTUAL not in label:
             label += f" [{VIRTUAL}]"
         fig.add_trace(go.Scatter(
-            x=[point["alpha"]], y=[point["speedup"]], mode="markers", name=f"measured: {label}",
+            x=[point["position_acceptance"]], y=[point["speedup"]], mode="markers", name=f"measured: {label}",
             marker=dict(size=13, color=exit_colour(e, exits), symbol="diamond-open" if virtual else "diamond",
                         line=dict(width=2, color=exit_colour(e, exits) if virtual else "#000000")),
             hovertemplate=(f"{html.escape(label)}<br>per-position acceptance %{{x:.2f}} · measured %{{y:.2f}}× · "
@@ -120,7 +120,7 @@ def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
 
 def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) -> go.Figure:
     """Measured speedup against the exit layer E, one line per head (norm, layer) and clock (Tables 6/7 of
-    the paper, measured). Points: dicts ``exit_layer``, ``head``, ``speedup``, ``clock``, ``alpha`` (its
+    the paper, measured). Points: dicts ``exit_layer``, ``head``, ``speedup``, ``clock``, ``position_acceptance`` (its
     per-position acceptance); virtual points are open markers on a dashed line labelled clock=virtual. Given
     ``n_layers``, Eq. 6 at each point's per-position acceptance is drawn as a small grey cross beside it."""
     fig = go.Figure()
@@ -138,13 +138,13 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
             name=f"{head} head" + (f" [{VIRTUAL}]" if virtual else " (wall clock)"),
             line=dict(color=colour, dash="dash" if virtual else "solid"),
             marker=dict(size=11, color=colour, symbol="circle-open" if virtual else "circle", line=dict(width=2)),
-            customdata=[[p.get("alpha", float("nan")), p.get("label", "")] for p in group],
+            customdata=[[p.get("position_acceptance", float("nan")), p.get("label", "")] for p in group],
             hovertemplate="%{customdata[1]}<br>E = %{x} · per-position acceptance %{customdata[0]:.2f} · "
                           "%{y:.2f}×<extra></extra>"))
     if n_layers:
-        alphas = [p for g in groups.values() for p in g if p.get("alpha") is not None]
+        alphas = [p for g in groups.values() for p in g if p.get("position_acceptance") is not None]
         fig.add_trace(go.Scatter(x=[p["exit_layer"] for p in alphas],
-                                 y=[ppsd_speedup(p["alpha"], p["exit_layer"], n_layers) for p in alphas],
+                                 y=[ppsd_speedup(p["position_acceptance"], p["exit_layer"], n_layers) for p in alphas],
                                  mode="markers", marker=dict(symbol="x", size=8, color="#9e9e9e"),
                                  name="Eq. 6 at each point's per-position acceptance"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ar")
@@ -157,12 +157,21 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
     return fig
 
 
+def _position_acceptance(overall: dict) -> float | None:
+    """αᵢ of a recorded row: its pipeline summary's (``alpha`` in runs recorded before the rename), else α."""
+    from ..bench.tallies import position_acceptance
+
+    pipeline = overall.get("pipeline") or {}
+    value = position_acceptance(pipeline)
+    return value if value is not None else overall.get("alpha")
+
+
 def exit_points_from_bench(results: dict) -> list[dict]:
     """Points for :func:`speedup_vs_exit_figure` from a recorded ``specviz bench`` run with ppsd rows (e.g.
     ``data/bench/bf16/ppsd-exits/results.json``): each row's exit layer and head from its label, its overall
-    speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), ``alpha`` and clock.
-    ``alpha`` is the row's recorded α, accepted ÷ drafted, which for ``ppsd`` is its per-position acceptance
-    (every judged draft is a round of one drafted token)."""
+    speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), ``position_acceptance``
+    (αᵢ) and clock. αᵢ is the pipeline summary's, or, in runs recorded without one, the row's α, accepted ÷
+    drafted, which for ``ppsd`` is the same number (every judged draft is a round of one drafted token)."""
     from ..bench.method_specs import parse_method
 
     points = []
@@ -172,7 +181,8 @@ def exit_points_from_bench(results: dict) -> list[dict]:
             continue
         overall = by_category["overall"]
         points.append({"exit_layer": spec.options.get("exit_layer", 15), "head": spec.options.get("head", "layer"),
-                       "speedup": overall["speedup"], "alpha": overall["alpha"],
+                       "speedup": overall["speedup"],
+                       "position_acceptance": _position_acceptance(overall),
                        "clock": overall.get("clock", "wall"), "label": label})
     return points
 

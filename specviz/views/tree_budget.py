@@ -51,7 +51,7 @@ def tau_vs_tree_size(points: Sequence[dict], predicted: Sequence[dict] = (), pre
     there is no baseline), because τ only grows with the tree while the cost of verifying it grows too."""
     speed = "speedup" if points and all(p.get("speedup") for p in points) else "tokens_per_s"
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "τ: tokens committed per target call", "speedup over ar" if speed == "speedup" else "tokens/s"))
+        "τ: tokens committed per target call", "S: speedup over ar" if speed == "speedup" else "tokens/s"))
     if predicted:
         source = f" from the run at {predict_from}" if predict_from else ""
         fig.add_trace(go.Scatter(x=[p["size"] for p in predicted], y=[p["tau"] for p in predicted], mode="lines",
@@ -109,29 +109,29 @@ def tree_budget_figure(rank_probs: Sequence[float], depth: int, draft_cost: floa
     chain_tau = expected_tree_tokens(rank_probs[:1], depth)
     chain = {"tau": chain_tau, "speedup": tree_speedup(chain_tau, depth, depth, draft_cost, curve.cost)}
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "τ: expected tokens per round", "estimated speedup over ar"))
+        "τ: expected tokens per round", "S: estimated speedup over ar"))
     chosen = rows[nodes - 1] if nodes is not None and 1 <= nodes <= len(rows) else None
     for col, key, colour in ((1, "tau", STATUS_COLOURS["accepted"]), (2, "speedup", "#1565c0")):
         fig.add_trace(go.Scatter(x=[r["nodes"] for r in rows], y=[r[key] for r in rows], mode="lines",
                                  line=dict(color=colour), name=f"best tree, k = {len(rank_probs)}",
                                  legendgroup="tree", showlegend=col == 1,
-                                 hovertemplate="N = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
+                                 hovertemplate="n = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
         fig.add_trace(go.Scatter(x=[depth], y=[chain[key]], mode="markers", legendgroup="chain", showlegend=col == 1,
                                  marker=dict(symbol="square", size=10, color="#555"),
-                                 name=f"chain of depth {depth} (N = {depth})",
+                                 name=f"chain of depth {depth} (n = {depth})",
                                  hovertemplate="chain: %{y:.2f}<extra></extra>"), row=1, col=col)
         if chosen:
             fig.add_trace(go.Scatter(x=[nodes], y=[chosen[key]], mode="markers", marker=dict(size=13, color="#c62828"),
-                                     name=f"your N = {nodes}", legendgroup="chosen", showlegend=col == 1,
+                                     name=f"your n = {nodes}", legendgroup="chosen", showlegend=col == 1,
                                      hovertemplate="N = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
     if rows:
         best = max(rows, key=lambda r: r["speedup"])
         fig.add_vline(x=best["nodes"], line=dict(color="#1565c0", dash="dash"), row=1, col=2,
-                      annotation_text=f"fastest: N = {best['nodes']}", annotation_position="bottom right")
+                      annotation_text=f"fastest: n = {best['nodes']}", annotation_position="bottom right")
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"), row=1, col=2)
-    fig.update_layout(title=f"The best tree of N nodes (depth ≤ {depth}, ≤ {len(rank_probs)} children per node)",
+    fig.update_layout(title=f"The best tree of n nodes (depth d ≤ {depth}, k ≤ {len(rank_probs)} children per node)",
                       height=380, legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(title_text="N: nodes verified per round")
+    fig.update_xaxes(title_text="n: nodes verified per round")
     fig.update_yaxes(rangemode="tozero")
     return fig
 

@@ -215,9 +215,9 @@ def cats_run_explorer(engine: Engine, prompt: str, resident_layers: int = 15, fl
                          f"shallow verifier {verifiers}")
     n = engine.target.n_layers
     controls = dict(
-        dm_layer=W.Dropdown(options=drafts, value=3 if 3 in drafts else drafts[0], description="L_DM"),
-        sv_layer=W.Dropdown(options=verifiers, value=15 if 15 in verifiers else verifiers[-1], description="L_SV"),
-        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄"),
+        dm_layer=W.Dropdown(options=drafts, value=3 if 3 in drafts else drafts[0], description="ℓ_DM"),
+        sv_layer=W.Dropdown(options=verifiers, value=15 if 15 in verifiers else verifiers[-1], description="ℓ_SV"),
+        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ"),
         acceptance=W.Dropdown(options=[("greedy (lossless)", "greedy"), ("sample (lossless)", "sample"),
                                        ("typical (LOSSY)", "typical")], value="greedy", description="acceptance"),
         temperature=W.FloatSlider(value=0.7, min=0.1, max=1.5, step=0.1, description="T (not greedy)"),

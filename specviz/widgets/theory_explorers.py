@@ -116,26 +116,26 @@ def tree_theory_readout(coverage: dict[int, float], depth: int, topk: int, draft
     shapes = [("chain (top-1 only)", expected_tree_tokens(probs[:1], depth), depth),
               (f"full tree ({topk} children everywhere)", expected_tree_tokens(probs, depth),
                full_tree_nodes(topk, depth)),
-              (f"best tree of N = {nodes} nodes", expected_tree_tokens(probs, depth, nodes), nodes)]
+              (f"best tree of n = {nodes} nodes", expected_tree_tokens(probs, depth, nodes), nodes)]
     rows = "".join(f"<tr><td>{name}</td><td>{tau:.2f}</td><td>{n:,}</td>"
                    f"<td>{tree_speedup(tau, n, depth, draft_cost, curve.cost):.2f}×</td></tr>"
                    for name, tau, n in shapes)
-    return (f"a = a<sub>1</sub> = <b>{a1:.2f}</b>, a<sub>{topk}</sub> = <b>{ak:.2f}</b> (top-{topk} coverage); "
-            "τ<sub>chain</sub> = (1 − a<sup>D+1</sup>)/(1 − a); "
-            "speedup ≈ τ·cost(1) / (D·c·cost(1) + cost(N + 1))"
-            "<table style='margin-top:4px'><tr><th style='text-align:left'>shape</th><th>τ</th><th>nodes N</th>"
-            f"<th>speedup</th></tr>{rows}</table>")
+    return (f"a = r<sub>1</sub> = <b>{a1:.2f}</b>, r<sub>1</sub> + … + r<sub>{topk}</sub> = <b>{ak:.2f}</b> "
+            f"(top-{topk} coverage); τ<sub>chain</sub> = (1 − a<sup>d+1</sup>)/(1 − a); "
+            "S ≈ τ·cost(1) / (d·c·cost(1) + cost(n + 1))"
+            "<table style='margin-top:4px'><tr><th style='text-align:left'>shape</th><th>τ</th><th>nodes n</th>"
+            f"<th>S</th></tr>{rows}</table>")
 
 
 def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk: int = 4, draft_cost: float = 0.1,
                          nodes: int = 12) -> W.VBox:
-    """Sliders D, k, c and N → what a tree is expected to commit and cost on this machine's verify-cost
+    """Sliders d, k, c and n → what a tree is expected to commit and cost on this machine's verify-cost
     ``curve``, with ``coverage`` the drafter's measured top-k agreement ``{k: a_k}``."""
     sliders = dict(
-        depth=W.IntSlider(value=depth, min=1, max=8, description="D (depth)"),
+        depth=W.IntSlider(value=depth, min=1, max=8, description="d (depth)"),
         topk=W.IntSlider(value=topk, min=1, max=8, description="k (candidates)"),
         draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c (draft level)"),
-        nodes=W.IntSlider(value=nodes, min=1, max=60, description="N (nodes sent)"),
+        nodes=W.IntSlider(value=nodes, min=1, max=60, description="n (nodes sent)"),
     )
 
     def render(values: dict):
@@ -157,11 +157,11 @@ def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0,
     LM head call."""
     n = len(layer_bytes)
     sliders = dict(
-        flash_mb_s=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="BW (MB/s)",
+        flash_mb_s=W.FloatLogSlider(value=flash_mb_s, base=10, min=1.5, max=4, step=0.05, description="B (MB/s)",
                                     readout_format=".0f"),
         tau=W.FloatSlider(value=tau, min=1.0, max=8.0, step=0.05, description="τ (tokens/cycle)"),
-        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ̄ (drafts)"),
-        sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="L_SV (resident)"),
+        gamma=W.IntSlider(value=gamma, min=1, max=10, description="γ (drafts)"),
+        sv_layer=W.IntSlider(value=sv_layer, min=dm_layer + 1, max=n - 1, description="ℓ_SV (resident)"),
     )
 
     def render(values: dict):
@@ -212,7 +212,7 @@ def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int =
     sliders = dict(
         alpha=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="a (per token)",
                             tooltip="a: the probability that each drafted token is accepted (per-token acceptance)"),
-        exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="E (exit layer)"),
+        exit_layer=W.IntSlider(value=exit_layer, min=1, max=n_layers - 1, description="ℓ (exit layer)"),
         gamma=W.IntSlider(value=gamma, min=1, max=16, description="γ (EESD drafts)"),
     )
     return slider_explorer(sliders, lambda values: (formula_readout(**values, n_layers=n_layers),
