@@ -84,12 +84,17 @@ def test_check_rows_compare_projection_with_measurement():
     assert set(projection_table(terms, [HERE, GPU])["sps"]) == {"here", GPU.name}
 
 
-def test_fit_reads_compute_and_overhead_off_a_straight_curve():
-    curve = {n: 0.020 + 0.004 * n for n in range(1, 17)}
-    hw = fit_this_machine(curve, int(W), bandwidth_gb_s=15.0, lane_hop_s=1e-3)
-    assert hw.compute == pytest.approx(W / 0.004)
-    assert hw.step_overhead == pytest.approx(0.020 - W / 15e9)
-    assert step_seconds(hw, W, 8) == pytest.approx(curve[8])
+def test_the_fit_reproduces_the_curve_it_was_fitted_to():
+    straight = {n: 0.020 + 0.004 * n for n in range(1, 17)}
+    hw = fit_this_machine(straight, int(W), bandwidth_gb_s=15.0, lane_hop_s=1e-3)
+    assert all(step_seconds(hw, W, n) == pytest.approx(t, rel=0.03) for n, t in straight.items())
+    # a roofline that bends where arithmetic overtakes memory: flat for few rows, steeper after
+    truth = Hardware("truth", bandwidth=15e9, compute=W / 0.003, lanes=2, link_latency=1e-3, link_bandwidth=15e9,
+                     step_overhead=0.002, overlap=0.6)
+    bent = {n: step_seconds(truth, W, n) for n in range(1, 17)}
+    hw = fit_this_machine(bent, int(W), bandwidth_gb_s=15.0, lane_hop_s=1e-3)
+    assert all(step_seconds(hw, W, n) == pytest.approx(t, rel=0.03) for n, t in bent.items())
+    assert hw.overlap > 0.3, "a bent curve is read as memory and arithmetic overlapping"
 
 
 @pytest.mark.parametrize("field,value", [("bandwidth", 0), ("compute", -1), ("lanes", 0), ("overlap", 2),

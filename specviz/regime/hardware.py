@@ -106,22 +106,34 @@ def step_seconds(hw: Hardware, weight_bytes: float, rows: float, share: float = 
 
 def fit_this_machine(curve_seconds: dict, weight_bytes: int, bandwidth_gb_s: float, lane_hop_s: float,
                      name: str = "this machine") -> Hardware:
-    """This machine from its verify-cost curve (n → seconds, one thread): a least-squares line a + b·n gives
-    the compute (weight_bytes ÷ b, FLOPs per row ÷ seconds per row) and, with the weights read at the measured
-    bandwidth, the fixed cost per forward o = a − bytes ÷ B; memory and compute add (overlap 0) because the
-    curve is a line from n = 1. ``lane_hop_s`` is a message between lanes as measured in the same session."""
+    """This machine from its verify-cost curve (n → seconds, one thread), with the weights read at the measured
+    bandwidth B: the compute, the overlap of memory traffic with arithmetic and the fixed cost per forward o
+    that make :func:`step_seconds` closest to the curve (least squares over a grid of compute and overlap, o the
+    mean residual). A straight line through the curve would do nearly as well overall but overstates the few-row
+    forwards that chains verify, which is where most rounds sit. ``lane_hop_s`` is a message between lanes as
+    measured in the same session."""
     if not curve_seconds or weight_bytes <= 0 or bandwidth_gb_s <= 0:
         raise ValueError("curve_seconds, weight_bytes and bandwidth_gb_s must be non-empty and > 0")
     xs = [int(n) for n in curve_seconds]
     ys = [float(curve_seconds[n]) for n in curve_seconds]
+    bandwidth = bandwidth_gb_s * GB
+    memory = weight_bytes / bandwidth
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs) or 1.0
     slope = max(sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread, 1e-9)
-    intercept = mean_y - slope * mean_x
-    bandwidth = bandwidth_gb_s * GB
-    return Hardware(name=name, bandwidth=bandwidth, compute=weight_bytes / slope, lanes=os.cpu_count() or 1,
-                    link_latency=max(lane_hop_s, 0.0), link_bandwidth=bandwidth,
-                    step_overhead=max(intercept - weight_bytes / bandwidth, 0.0), overlap=0.0)
+    best = None
+    for overlap in (i / 20 for i in range(21)):
+        for scale in (0.25 * 1.05 ** j for j in range(80)):  # seconds per row from a quarter of the line's slope
+            per_row = slope * scale
+            shape = [max(memory, n * per_row) + (1 - overlap) * min(memory, n * per_row) for n in xs]
+            overhead = max(sum(y - m for y, m in zip(ys, shape)) / len(ys), 0.0)
+            error = sum((y - m - overhead) ** 2 for y, m in zip(ys, shape))
+            if best is None or error < best[0]:
+                best = (error, per_row, overlap, overhead)
+    _, per_row, overlap, overhead = best
+    return Hardware(name=name, bandwidth=bandwidth, compute=weight_bytes / per_row, lanes=os.cpu_count() or 1,
+                    link_latency=max(lane_hop_s, 0.0), link_bandwidth=bandwidth, step_overhead=overhead,
+                    overlap=overlap)
 
 
 LAPTOP = Hardware("laptop", bandwidth=100 * GB, compute=2e12, lanes=8, link_latency=20e-6, link_bandwidth=50 * GB,

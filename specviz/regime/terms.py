@@ -101,7 +101,8 @@ def method_terms(engine: Engine, label: str, method: str, board: Scoreboard, run
             exit_layer = config["exit_layer"]
             fresh = ms("backup_ms") if metrics["backup_ms"] is not None else ms("rollout_ms")
             return MethodTerms(**common, law="mirror", **{**extra, "draft": ms("rollout_ms")}, fallback=miss * fresh,
-                               forwards=[["prefix", rows, exit_layer * layer],
+                               # the early exit reads out through the LM head: part of T_prefix
+                               forwards=[["prefix", rows, exit_layer * layer + head],
                                          ["suffix", rows, (layers - exit_layer) * layer + head]])
         return MethodTerms(**common, law="ssd", **{**extra, "draft": ms("draftwork_ms")},
                            fallback=miss * ms("backup_ms"), forwards=[["verify", rows, 1.0]])
