@@ -19,12 +19,12 @@ STREAM_LABELS = {"deep": "deep: layers 1..k pinned, the rest streamed every forw
 
 
 def adapter_choices() -> tuple[list[int], list[int]]:
-    """The shipped CATS adapters: (draft layers L_DM, shallow-verifier layers L_SV), listed afresh."""
+    """The shipped CATS adapters: (draft layers ℓ_DM, shallow-verifier layers ℓ_SV), listed afresh."""
     return shipped_cats_layers("draft"), shipped_cats_layers("shallow_verifier")
 
 
 def sv_choices(verifiers: list[int], dm_layer: int) -> list[int]:
-    """Shallow verifiers above the draft layer (the method needs L_DM < L_SV)."""
+    """Shallow verifiers above the draft layer (the method needs ℓ_DM < ℓ_SV)."""
     return [layer for layer in verifiers if layer > dm_layer]
 
 

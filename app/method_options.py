@@ -65,14 +65,19 @@ OPTION_HELP = {
     "topk": "Children each expanded node proposes, and nodes expanded per level (EAGLE-2's k).",
     "total_tokens": "Tree nodes sent to the target after reranking; 'auto' picks the size each round from this "
                     "machine's verify-cost curve.",
-    "dm_layer": "L_DM: the draft's layers (a shipped CATS adapter sits on top).",
-    "sv_layer": "L_SV: the shallow verifier's layers (a shipped CATS adapter), above L_DM.",
+    "dm_layer": "ℓ_DM: the draft's layers (a shipped CATS adapter sits on top).",
+    "sv_layer": "ℓ_SV: the shallow verifier's layers (a shipped CATS adapter), above ℓ_DM.",
     "drafter": "A shipped MoA drafter by name; empty: moa-tli{tli} (with -nolsa when lsa is off).",
     "tli": "Target layers the MoA drafter finishes through (only the values with a shipped drafter are offered).",
     "packet_loss": "Probability a message is lost on the simulated link; unset = the profile's own.",
     "disconnect_after": "Drop the server after this many new tokens (needs a network; the run becomes lossy); "
                         "unset = never.",
-    "stages": "Pipeline stages; unset = ⌈layers / exit_layer⌉ (the only value the engine accepts).",
+    "stages": "P: pipeline stages; unset = ⌈L/ℓ⌉, the layers over `exit_layer` (the only value the engine accepts).",
+    "lookahead": "γ: draft tokens per window (SSD's lookahead, the paper's K).",
+    "f": "f: guesses the speculation cache prepares per possible verdict (uniform fan-out).",
+    "budget": "F: branches the speculation cache prepares per round, Σ over verdicts (geometric fan-out).",
+    "c": "C: SAGUARO's fan-out constant (1 = off); it matters only when sampling.",
+    "kappa": "κ: candidates per drafted position in Mirror-SD's early-exit top list.",
 }
 AUTO_HELP = "auto: chosen every round from this machine's measured verify cost and the run's acceptance so far."
 UNSET = "unset"  # the URL's spelling of an option left at None

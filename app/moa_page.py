@@ -38,7 +38,7 @@ def available_drafters(names: Sequence[str] | None = None) -> list[str]:
 def run_options(drafter: str, network: str, packet_loss_pct: float | None = None,
                 disconnect_after: int | None = None, link_seed: int = 0) -> tuple[str, dict]:
     """The method and its options for one press of Run. ``packet_loss_pct`` in percent (``None``: the
-    profile's own); ``disconnect_after`` B (``None``: never; needs a network, and makes the run lossy)."""
+    profile's own); ``disconnect_after`` (new tokens; ``None``: never; needs a network, and makes the run lossy)."""
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
     method, options, _ = DRAFTERS[drafter]
@@ -104,9 +104,9 @@ def run_caption(events: Sequence[Event]) -> str:
 
 
 def message_table(sizes: Mapping) -> list[dict]:
-    """Measured mean bytes per message beside Table 7 and the exact wire size at the run's own M̄ and Ā."""
+    """Measured mean bytes per message beside Table 7 and the exact wire size at the run's own mean n and mean A."""
     rows = []
-    for direction, n_key, what in (("up", "nodes", "M̄ nodes"), ("down", "accepted", "Ā tokens")):
+    for direction, n_key, what in (("up", "nodes", "mean n nodes"), ("down", "accepted", "mean A tokens")):
         if sizes.get(direction) is None:
             continue
         rows.append({"message": f"{direction} ({what} = {sizes[n_key]:.2f})", "measured B": round(sizes[direction], 1),

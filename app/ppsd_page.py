@@ -28,7 +28,7 @@ _EXIT_NAME = re.compile(r"^exit@(\d+)-(\w+)$")
 
 
 def shipped_exits(head: str, names: Sequence[str] | None = None) -> list[int]:
-    """Exit layers with a shipped ``exit@E-{head}`` head (``names``: the drafters available; default: data/drafts)."""
+    """Exit layers with a shipped ``exit@ℓ-{head}`` head (``names``: the drafters available; default: data/drafts)."""
     found = []
     for name in available() if names is None else names:
         match = _EXIT_NAME.match(name)
@@ -52,15 +52,15 @@ def effective_mode(mode: str, stages: int, capacity: int, unavailable: str | Non
                            f"labelled {VIRTUAL}.")
     if mode != "lanes" or capacity >= stages:
         return mode, None
-    return "virtual", (f"mode=lanes needs S = {stages} lanes (one core per stage) but this machine has {capacity}. "
+    return "virtual", (f"mode=lanes needs P = {stages} lanes (one core per stage) but this machine has {capacity}. "
                        f"The run uses **virtual** mode instead: the same schedule computed serially and replayed on "
-                       f"one clock per lane, every number labelled {VIRTUAL}. Pick E ≥ the exit that gives "
-                       f"S ≤ {capacity} stages for a real parallel run.")
+                       f"one clock per lane, every number labelled {VIRTUAL}. Pick ℓ ≥ the exit that gives "
+                       f"P ≤ {capacity} stages for a real parallel run.")
 
 
 def stages_caption(n_layers: int, exit_layer: int, capacity: int) -> str:
     stages = stage_count(n_layers, exit_layer)
-    return (f"S = ⌈N/E⌉ = ⌈{n_layers}/{exit_layer}⌉ = {stages} stages · this machine has {capacity} lane"
+    return (f"P = ⌈L/ℓ⌉ = ⌈{n_layers}/{exit_layer}⌉ = {stages} stages · this machine has {capacity} lane"
             f"{'s' if capacity != 1 else ''} for mode=lanes")
 
 
@@ -111,15 +111,16 @@ METRIC_HELP = {
     "α (acceptance rate)": "Accepted draft tokens ÷ drafted tokens. A ppsd draft is drafted when the last stage "
                            "judges it (drafts flushed after a rejection are not counted), so for ppsd this is also "
                            "the per-position acceptance, the a that Eq. 6 takes.",
-    "ticks / token": "Stage-1 steps per committed token: 1 if every draft is accepted, S if none is.",
+    "ticks / token": "Stage-1 steps per committed token: 1 if every draft is accepted, P if none is.",
     "idle per lane": "Each lane's share of the decode span spent waiting: the Gantt's gaps.",
     "message overhead": "Median wait from one stage finishing to the next starting on the same tick (transfer + "
                         "wake-up), and activation bytes sent per committed token.",
-    "Eq. 6 tok/s vs measured": "Eq. 6 in time units, 1 / (tick·(a + (1 − a)·S)), with the tick = the slowest "
+    "Eq. 6 tok/s vs measured": "Eq. 6 in time units, 1 / (tick·(a + (1 − a)·P)), with the tick = the slowest "
                                "stage's median compute + the message time, at the measured per-position "
                                "acceptance a (accepted ÷ drafts judged); then the measured tok/s. — for a "
                                "serial run: its stages never overlap, so Eq. 6 does not apply.",
-    "ρ* (Eq. 6) vs measured speedup": "Eq. 6's speedup N / (aE + (1 − a)·S·E) at the measured per-position "
+    "S_PPSD (Eq. 6) vs measured speedup": "Eq. 6's speedup S_PPSD = L / (aℓ + (1 − a)·P·ℓ) at the measured "
+                                          "per-position "
                                       "acceptance a; then the measured tok/s ÷ ar's on the same prompt (with "
                                       "'also run ar and eesd').",
 }
@@ -136,7 +137,7 @@ def metric_values(events: Sequence[Event], n_layers: int, ar_events: Sequence[Ev
     metrics = pipeline_metrics(events)
     clock = start.clock if start is not None else "wall"
     point = measured_point(events, ar_events)
-    rho = ppsd_speedup(point["position_acceptance"], point["exit_layer"], n_layers)
+    s_ppsd = ppsd_speedup(point["position_acceptance"], point["exit_layer"], n_layers)
     values = {"tok/s": f"{end.stats['tokens_per_s']:.1f}",
               "α (acceptance rate)": f"{end.stats['acceptance_rate']:.2f}" if end.stats.get("drafted") else "—"}
     if metrics:
@@ -147,7 +148,7 @@ def metric_values(events: Sequence[Event], n_layers: int, ar_events: Sequence[Ev
         eq6 = metrics.get("eq6_tokens_per_s")  # None for a serial run: its stages never overlap
         values["Eq. 6 tok/s vs measured"] = f"{'—' if eq6 is None else f'{eq6:.1f}'} vs {metrics['tokens_per_s']:.1f}"
     measured = "—" if point["speedup"] is None else f"{point['speedup']:.2f}×"
-    values["ρ* (Eq. 6) vs measured speedup"] = f"{rho:.2f}× vs {measured}"
+    values["S_PPSD (Eq. 6) vs measured speedup"] = f"{s_ppsd:.2f}× vs {measured}"
     return {labelled(label, clock): value for label, value in values.items()}
 
 
@@ -162,7 +163,7 @@ def run_caption(events: Sequence[Event], n_layers: int) -> str:
     stages = " · ".join(f"{role} on {lane}" for role, lane in start.lanes.items())
     clock = (f"**{VIRTUAL}**: per-lane times replayed from measured per-operation costs, not wall time"
              if start.clock == "virtual" else "wall clock")
-    return (f"ppsd(exit_layer={config['exit_layer']}, head={config['head']}, mode={config['mode']}) · N = {n_layers} "
+    return (f"ppsd(exit_layer={config['exit_layer']}, head={config['head']}, mode={config['mode']}) · L = {n_layers} "
             f"· {stages} · {clock} · {end.stats['new_tokens']} new tokens ({end.stop_reason}) · greedy")
 
 

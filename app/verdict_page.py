@@ -33,14 +33,14 @@ MIRROR_DRAFTS = ("ss", "tiny")
 DRAFT_LABELS = {"ss": "ss: tiny's shape + 2 lookahead streams (speculative streaming)",
                 "tiny": "tiny: 4 layers (the target's first two + two distilled)"}
 EXIT_HEADS = ("model", "norm")
-EXIT_HEAD_LABELS = {"model": "model: the model's own final norm + LM head on h^(l_e) (the paper)",
-                    "norm": "norm: the shipped exit head trained at l_e (a deviation: a better proxy)"}
+EXIT_HEAD_LABELS = {"model": "model: the model's own final norm + LM head on the hidden state after layer ℓ (the paper)",
+                    "norm": "norm: the shipped exit head trained at ℓ (a deviation: a better proxy)"}
 RULES = ("sample", "token_match")
 RULE_LABELS = {"sample": "sample: min(1, p/q) rejection sampling",
                "token_match": "token_match: the paper's Eq. 3/11 (keep a draft while it equals the target's draw)"}
 FANOUTS = ("uniform", "geometric")
 BACKUPS = ("jit", "fast")
-BACKUP_LABELS = {"jit": "jit: the draft decodes K tokens on the critical path",
+BACKUP_LABELS = {"jit": "jit: the draft decodes γ tokens on the critical path",
                  "fast": "fast: an n-gram lookup (nearly free, verified as point masses)"}
 SD_BASELINE = "sps (same draft)"
 _NORM_HEAD = re.compile(r"^exit@(\d+)-norm$")
@@ -63,18 +63,18 @@ def effective_mode(mode: str, capacity: int, unavailable: str | None = None) -> 
 
 
 def norm_exit_layers(names: Sequence[str] | None = None) -> list[int]:
-    """Exit layers with a shipped ``exit@E-norm`` head (``names``: the drafters available; default: data/drafts)."""
+    """Exit layers with a shipped ``exit@ℓ-norm`` head (``names``: the drafters available; default: data/drafts)."""
     return sorted(int(m.group(1)) for name in (available() if names is None else names)
                   if (m := _NORM_HEAD.match(name)))
 
 
 def exit_layer_choices(exit_head: str, n_layers: int, names: Sequence[str] | None = None) -> list[int]:
-    """Every layer 1..N−1 for the model's own head; only the layers with a shipped head for ``norm``."""
+    """Every layer 1..L−1 for the model's own head; only the layers with a shipped head for ``norm``."""
     return list(range(1, n_layers)) if exit_head == "model" else norm_exit_layers(names)
 
 
 def default_exit_layer(choices: Sequence[int], n_layers: int) -> int:
-    """Half depth (the paper's l_e = N/2), or the nearest offered layer."""
+    """Half depth (the paper's l_e = N/2, here ℓ = L/2), or the nearest offered layer."""
     half = n_layers // 2
     return min(choices, key=lambda layer: (abs(layer - half), -layer)) if choices else half
 
@@ -140,7 +140,7 @@ def mirror_explorer(t_prefix_ms: float, t_suffix_ms: float, t_step_ms: float, et
 def ssd_explorer(t_verify_ms: float, t_draft_k_ms: float, t_draftwork_ms: float, t_comm_ms: float, t_backup_ms: float,
                  hit_rate: float) -> dict:
     """The SSD round-time explorer's numbers: SD's round, SSD's E[T_round] (§5.6), their ratio, the §5.6
-    speedup (draft work hidden, no messages) and its bound at P(hit) = 1."""
+    speedup (draft work hidden, no messages) and its bound at h = 1."""
     s = {k: v / 1e3 for k, v in dict(t_verify=t_verify_ms, t_draft_k=t_draft_k_ms, t_draftwork=t_draftwork_ms,
                                      t_comm=t_comm_ms, t_backup=t_backup_ms).items()}
     ssd = ssd_round_time(s["t_verify"], s["t_comm"], hit_rate, s["t_backup"], s["t_draftwork"])
@@ -156,12 +156,12 @@ METRIC_HELP = {
     "tok/s": "New tokens per second of decoding (prefill excluded), all rounds.",
     "law tok/s vs measured (steady)": "The latency law at this run's own measured costs (Mirror: T_prefix + T_rv + "
                                       "max(T_suffix, T_rollout) + FF·T_fallback, Eq. 10/14 + the derived fallback "
-                                      "term; SSD: max(T_v, T_glue + T_rollout) + T_comm + (1 − P(hit))·T_backup, "
+                                      "term; SSD: max(T_v, T_glue + T_rollout) + T_comm + (1 − h)·T_backup, "
                                       "§5.6; a serial run, which overlaps nothing: the sum of the same costs), as "
                                       "τ / E[T_round]; then the measured tokens/s from the second round on (the law "
                                       "models a steady round: no lane start-up, no first window).",
     "τ (tokens / round)": "Tokens committed per verification round (accepted drafts + the target's own token).",
-    "acceptance": "Accepted drafts ÷ drafted tokens (the paper's ρ = E[A]/γ).",
+    "acceptance": "Accepted drafts ÷ drafted tokens (α = E[A]/γ; the SSD paper's ρ).",
     "hit rate": "Verdicts whose next window was already in the cache (Mirror: root or depth hits; the rest are "
                 "fallbacks, a fresh rollout on the critical path; SSD: the rest run the backup).",
     "draft ms hidden · exposed": "Mean draft-lane work per round that ran while the target computed (hidden: free) "
@@ -188,8 +188,8 @@ def metric_values(metrics: Mapping) -> dict[str, str]:
     }
 
 
-MIRROR_COSTS = (("prefix_ms", "T^{1:l_e}: target prefix (layers 1..l_e + early exit)", "T^{1:l_e}"),
-                ("suffix_ms", "Δ = T^{l_e+1:N}: target suffix (layers l_e+1..N + verify)", "max(Δ, T_gen)"),
+MIRROR_COSTS = (("prefix_ms", "T^{1:ℓ}: target prefix (layers 1..ℓ + early exit)", "T^{1:ℓ}"),
+                ("suffix_ms", "Δ = T^{ℓ+1:L}: target suffix (layers ℓ+1..L + verify)", "max(Δ, T_gen)"),
                 ("glue_ms", "draft glue (the draft over the window under verification)", "— (hidden: before ee)"),
                 ("rollout_ms", "T_gen: branch rollout of the (γ+1)·κ roots", "max(Δ, T_gen)"),
                 ("backup_ms", "fallback: a fresh rollout after a miss", "FF · T_fallback"),
@@ -199,8 +199,8 @@ MIRROR_COSTS = (("prefix_ms", "T^{1:l_e}: target prefix (layers 1..l_e + early e
                 ("wait_ms", "target wait for the next window (per round, from round 2)", "—"))
 SSD_COSTS = (("verify_ms", "T_v: target verify (the whole target over the window)", "max(T_v, T_draftwork)"),
              ("glue_ms", "T_glue: the draft over the window under verification", "T_draftwork"),
-             ("rollout_ms", "tree rollout of Σ F_k branches", "T_draftwork"),
-             ("backup_ms", "T_backup: backup after a miss", "(1 − P(hit)) · T_backup"),
+             ("rollout_ms", "tree rollout of Σ F_A branches", "T_draftwork"),
+             ("backup_ms", "T_backup: backup after a miss", "(1 − h) · T_backup"),
              ("verdict", "verdict message hop (target → draft)", "T_comm"),
              ("window", "window message hop (draft → target)", "T_comm"),
              ("wait_ms", "target wait for the next window (per round, from round 2)", "—"))
@@ -241,7 +241,7 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def sd_draft_seconds(events: Sequence[Event]) -> float | None:
-    """Synchronous SD's mean draft time per round, T_d(K), from an ``sps`` run's "draft" spans."""
+    """Synchronous SD's mean draft time per round, T_d(γ), from an ``sps`` run's "draft" spans."""
     spans = [e.end - e.start for e in events if isinstance(e, StageSpan) and e.stage == "draft"]
     return sum(spans) / len(spans) if spans else None
 
@@ -250,7 +250,7 @@ def sd_speedup(metrics: Mapping, sd_events: Sequence[Event]) -> dict | None:
     """The speedup over synchronous SD by the method's formula at the measured costs, and measured.
 
     Mirror: the paper's S (§3.6) with T_gen = the measured rollout, T_rv = the ee and verdict hops (no fallbacks,
-    as the paper's formula has none). SSD: §5.6, (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup) with T_d(K) from
+    as the paper's formula has none). SSD: §5.6, (T_d(γ) + T_v)/(T_v + (1 − h)·T_backup) with T_d(γ) from
     the sps run's draft spans. Measured: tokens/s over the sps run's tokens/s."""
     end = next((e for e in reversed(sd_events) if isinstance(e, RunEnd)), None)
     if end is None or not metrics.get("tokens_per_s"):
@@ -267,7 +267,7 @@ def sd_speedup(metrics: Mapping, sd_events: Sequence[Event]) -> dict | None:
         t_d = sd_draft_seconds(sd_events)
         if t_d is not None:
             law = ssd_speedup_vs_sd(t_d, ms("verify_ms"), metrics["hit_rate"], ms("backup_ms"))
-        label = "speedup over SD: §5.6 (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup) vs measured"
+        label = "speedup over SD: §5.6 (T_d(γ) + T_v)/(T_v + (1 − h)·T_backup) vs measured"
     else:
         return None
     return {"label": label, "law": law, "measured": measured}

@@ -153,10 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tiny: how many of the top layers are trained; ss: the layers that carry the streams")
     train.add_argument("--streams", type=int, default=2, help="ss: lookahead streams")
     train.add_argument("--stream-weight", type=float, default=0.5, help="ss: stream j's loss weight is w^j")
-    train.add_argument("--dm-layer", type=int, default=3, help="cats: the draft adapter's layer L_DM")
-    train.add_argument("--sv-layer", default="15", help="cats: the shallow verifier's layer L_SV (comma-separated: "
+    train.add_argument("--dm-layer", type=int, default=3, help="cats: the draft adapter's layer ℓ_DM")
+    train.add_argument("--sv-layer", default="15", help="cats: the shallow verifier's layer ℓ_SV (comma-separated: "
                        "several verifiers from one teacher pass)")
-    train.add_argument("--no-dm-adapter", action="store_true", help="cats: train shallow verifiers only, keep cats@L_DM")
+    train.add_argument("--no-dm-adapter", action="store_true", help="cats: train shallow verifiers only, keep cats@ℓ_DM")
     train.add_argument("--top-k", type=int, default=20, help="cats: support of the reduced top-K KL loss")
     train.add_argument("--tli", default="0", help="moa: comma-separated Target Layer Inference depths (e.g. 0,1,3)")
     train.add_argument("--no-lsa", action="store_true", help="moa: the −LSA ablation (CA memory = last hidden states)")

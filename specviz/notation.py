@@ -49,7 +49,6 @@ SYMBOLS: dict[str, Symbol] = {s.symbol: s for s in [
     Symbol("L", "the target's layers (30 for SmolLM2-135M)", "n_layers"),
     Symbol("ℓ", "exit layer: the draft reads the target's hidden state after layer ℓ", "exit_layer"),
     Symbol("P", "pipeline stages (PPSD), one lane each", "stages"),
-    Symbol("ρ", "PPSD's utilisation: useful stage ticks ÷ all stage ticks"),
     Symbol("κ", "Mirror-SD's early-exit top list: candidates per drafted position", "kappa"),
     Symbol("f", "SSD's uniform fan-out: guesses prepared per draft position", "f"),
     Symbol("F", "fan-out: branches the speculation cache prepares per round (SSD)", "fan_out"),

@@ -125,13 +125,13 @@ def tree_speedup(tokens_per_round: float, nodes: int, depth: int, draft_cost: fl
 
 
 # --- CATS under a memory budget (paper 004; a [derived] time model, docs/trees-and-cats.md) -------------
-# Layers 1..L_SV are resident; the deep layers stream from flash once per forward, chunk i+1 loading while
+# Layers 1..ℓ_SV are resident; the deep layers stream from flash once per forward, chunk i+1 loading while
 # chunk i computes, so a pass over them costs max(bytes / bandwidth, compute) (for chunks of equal size).
-# A CATS cycle drafts γ̄ times through the shallow layers, runs the shallow verifier and the re-forward,
+# A CATS cycle drafts γ times through the shallow layers, runs the shallow verifier and the re-forward,
 # then one deep pass; autoregressive decoding pays one shallow and one deep pass per token:
 #
-#     T_cycle = γ̄·t_DM + t_SV + t_reforward + max(B_deep / BW, t_deep)
-#     T_AR    = t_shallow + max(B_deep / BW, t_deep,AR)
+#     T_cycle = γ·t_DM + t_SV + t_reforward + max(bytes_deep / B, t_deep)
+#     T_AR    = t_shallow + max(bytes_deep / B, t_deep,AR)
 #     speedup = τ · T_AR / T_cycle            BPT = bytes streamed per cycle / τ
 
 
@@ -159,30 +159,31 @@ def bytes_per_token(bytes_per_cycle: float, tau: float) -> float:
 
 # --- PPSD (paper 003, Eqs. 4, 6, 7; docs/ppsd.md) -------------------------------------------------
 def eesd_speedup(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
-    """Eq. 4: early-exit self-speculation drafting γ tokens from layer E of N, verifying with the rest,
-    ρ = (1 − a^{γ+1})·N / ((1 − a)(γE + N)), a (``alpha``) the per-token acceptance probability."""
+    """Eq. 4: early-exit self-speculation drafting γ tokens from layer ℓ of L, verifying with the rest,
+    S_EESD = (1 − a^{γ+1})·L / ((1 − a)(γℓ + L)), a (``alpha``) the per-token acceptance probability (the
+    paper's α; its N, E and ρ are L, ℓ and S_EESD here)."""
     if alpha >= 1:
         return (gamma + 1) * n_layers / (gamma * exit_layer + n_layers)
     return (1 - alpha ** (gamma + 1)) * n_layers / ((1 - alpha) * (gamma * exit_layer + n_layers))
 
 
 def ppsd_speedup(alpha: float, exit_layer: int, n_layers: int, head_layers: float = 0.0) -> float:
-    """Eq. 6: ρ* = N / (aE + (1 − a)·⌈N/E⌉·E), a (``alpha``) the per-token acceptance probability: an
-    accepted token costs one tick of E layers, a rejected one a whole pipeline of S = ⌈N/E⌉ ticks.
-    ``head_layers`` h adds the exit head's cost to each tick in layer-equivalents, the [derived] variant
-    N / ((E + h)(a + (1 − a)S))."""
+    """Eq. 6: S_PPSD = L / (aℓ + (1 − a)·⌈L/ℓ⌉·ℓ), a (``alpha``) the per-token acceptance probability: an
+    accepted token costs one tick of ℓ layers, a rejected one a whole pipeline of P = ⌈L/ℓ⌉ ticks.
+    ``head_layers`` adds the exit head's cost to each tick in layer-equivalents, the [derived] variant
+    L / ((ℓ + head_layers)(a + (1 − a)P))."""
     stages = math.ceil(n_layers / exit_layer)
     return n_layers / ((exit_layer + head_layers) * (alpha + (1 - alpha) * stages))
 
 
 def ppsd_gain(alpha: float, gamma: int, exit_layer: int, n_layers: int) -> float:
-    """Eq. 7: λ = ρ*/ρ, PPSD over EESD at the same exit. At a = 1 (every draft accepted) this is
-    (γ + N/E)/(γ + 1), not the paper's stated γ + N/E (docs/ppsd.md): the plots draw the formula."""
+    """Eq. 7: the gain S_PPSD ÷ S_EESD, PPSD over EESD at the same exit. At a = 1 (every draft accepted) this
+    is (γ + L/ℓ)/(γ + 1), not the paper's stated γ + L/ℓ (docs/ppsd.md): the plots draw the formula."""
     return ppsd_speedup(alpha, exit_layer, n_layers) / eesd_speedup(alpha, gamma, exit_layer, n_layers)
 
 
 def ppsd_tokens_per_s(alpha: float, stages: int, tick_seconds: float) -> float:
-    """Eq. 6 in time units, 1 / (tick·(a + (1 − a)S)): one token per tick when accepted, S ticks when
+    """Eq. 6 in time units, 1 / (tick·(a + (1 − a)P)): one token per tick when accepted, P ticks when
     rejected; a (``alpha``) the per-token acceptance probability."""
     return 1.0 / (tick_seconds * (alpha + (1 - alpha) * stages))
 
@@ -237,7 +238,7 @@ def ssd_round_time(t_verify: float, t_comm: float, hit_rate: float, t_backup: fl
     """E[T_round] of SSD at batch 1 ([derived]; docs/mirror-and-ssd.md): max(T_v, T_draftwork) + T_comm +
     (1 − P(hit))·T_backup.
 
-    The draft's per-round work (glue forward + K tree steps over Σ F_k branches) is hidden while it fits under
+    The draft's per-round work (glue forward + γ tree steps over Σ F_A branches) is hidden while it fits under
     the target's verification T_v; past that it sets the pace. A miss adds the backup on the critical path."""
     _check_rate("hit_rate", hit_rate)
     _check_times(t_verify=t_verify, t_comm=t_comm, t_backup=t_backup, t_draftwork=t_draftwork)
@@ -246,8 +247,8 @@ def ssd_round_time(t_verify: float, t_comm: float, hit_rate: float, t_backup: fl
 
 def ssd_speedup_vs_sd(t_draft_k: float, t_verify: float, hit_rate: float, t_backup: float) -> float:
     """SSD over synchronous SD at the same acceptance ([derived]; docs/mirror-and-ssd.md):
-    (T_d(K) + T_v)/(T_v + (1 − P(hit))·T_backup).
-    At P(hit) = 1 this is the bound 1 + T_d(K)/T_v: drafting disappears from the round entirely."""
+    (T_d(γ) + T_v)/(T_v + (1 − h)·T_backup), h the hit rate.
+    At h = 1 this is the bound 1 + T_d(γ)/T_v: drafting disappears from the round entirely."""
     _check_rate("hit_rate", hit_rate)
     _check_times(t_draft_k=t_draft_k, t_verify=t_verify, t_backup=t_backup)
     return (t_draft_k + t_verify) / (t_verify + (1 - hit_rate) * t_backup)

@@ -62,7 +62,7 @@ def test_serial_run_beside_ar_and_eesd():
     at = new_page()
     assert at.title[0].value.startswith("🚰 PPSD")
     assert at.selectbox(key="ppsd:exit_layer").value == 15 and at.selectbox(key="ppsd:head").value == "layer"
-    assert any(c.value.startswith("S = ⌈N/E⌉ = ⌈30/15⌉ = 2 stages") for c in at.sidebar.caption)
+    assert any(c.value.startswith("P = ⌈L/ℓ⌉ = ⌈30/15⌉ = 2 stages") for c in at.sidebar.caption)
     at = run_ppsd(at, compare=True)
     record = at.session_state["ppsd_run"]
     assert list(record["runs"]) == ["ar", "eesd γ=5", "ppsd serial"] and record["main"] == "ppsd serial"
@@ -88,7 +88,7 @@ def test_serial_run_beside_ar_and_eesd():
     assert list(values) == list(ph.METRIC_HELP)
     assert float(values["tok/s"]) > 0 and 0.0 <= float(values["α (acceptance rate)"]) <= 1.0
     assert 1.0 <= float(values["ticks / token"]) <= 3.0
-    rho = values["ρ* (Eq. 6) vs measured speedup"]
+    rho = values["S_PPSD (Eq. 6) vs measured speedup"]
     assert rho.endswith("×") and "—" not in rho, "with ar run beside it, the measured speedup is known"
     assert any(c.value.startswith("ppsd(exit_layer=15, head=layer, mode=serial)") for c in at.caption)
     table = at.dataframe[0].value
@@ -135,7 +135,7 @@ def test_helpers():
     assert ph.default_exit([3, 6]) == 6 and ph.default_exit([3, 15]) == 15
     assert ph.effective_mode("lanes", 2, 2) == ("lanes", None)
     mode, why = ph.effective_mode("lanes", 5, 2)
-    assert mode == "virtual" and "S = 5" in why and "clock=virtual" in why
+    assert mode == "virtual" and "P = 5" in why and "clock=virtual" in why
     assert ph.effective_mode("serial", 10, 1) == ("serial", None)
     plan = ph.run_plan(6, "norm", "virtual", compare=True)
     assert plan == {"ar": ("ar", {}), ph.ONE_LANE_AR: ("ar", {}),
@@ -151,7 +151,7 @@ def test_helpers():
     assert ph.needs_warmup("ppsd", {"mode": "lanes"}) and not ph.needs_warmup("ppsd", {"mode": "serial"})
     assert ph.pin_to_one_core("ar", {}, True) and ph.pin_to_one_core("ppsd", {"mode": "serial"}, True)
     assert not ph.pin_to_one_core("ppsd", {"mode": "lanes"}, True) and not ph.pin_to_one_core("ar", {}, False)
-    assert ph.stages_caption(30, 6, 2).startswith("S = ⌈N/E⌉ = ⌈30/6⌉ = 5 stages")
+    assert ph.stages_caption(30, 6, 2).startswith("P = ⌈L/ℓ⌉ = ⌈30/6⌉ = 5 stages")
 
 
 def test_the_main_app_lists_the_page():

@@ -18,7 +18,7 @@ def test_theory_page_draws_the_curve_and_both_models():
     at.slider(key="theory:alpha").set_value(0.8).run()
     at.slider(key="theory:topk").set_value(2).run()
     assert not at.exception, [e.value for e in at.exception]
-    at.slider(key="theory:exit_layer").set_value(15).run()  # two stages: Eq. 6 at S = 2
+    at.slider(key="theory:exit_layer").set_value(15).run()  # two stages: Eq. 6 at P = 2
     assert not at.exception, [e.value for e in at.exception]
     assert any("⌈30/15⌉ = <b>2</b> stages" in md.value for md in at.markdown)
 

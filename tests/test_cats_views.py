@@ -2,7 +2,7 @@
 one short budgeted run of the real model (fp32).
 
 The synthetic run below is small enough to check by hand: two streamed layers (2 and 3, 1 MB each, so 2 MB
-per deep pass), a prefill and two cycles of γ̄ = 3 drafts. In cycle 1 the shallow verifier disagrees at
+per deep pass), a prefill and two cycles of γ = 3 drafts. In cycle 1 the shallow verifier disagrees at
 position 1; the target accepts d_0, refuses d_1, takes the correction ĉ_1 and adds a bonus. In cycle 2 the
 verifier agrees everywhere; the target accepts d_0 and refuses d_1.
 """
@@ -300,10 +300,10 @@ def test_cats_sweep_skips_missing_adapters_and_shares_baselines(fake):
     assert [s["sv_layer"] for s in sweep["skipped"]] == [2, 5]
     assert "not above the draft layer" in sweep["skipped"][0]["reason"]
     assert "no shipped adapter cats@5" in sweep["skipped"][1]["reason"] and "[10, 15]" in sweep["skipped"][1]["reason"]
-    assert any("L_SV = 5 skipped" in note for note in sweep["notes"])
+    assert any("ℓ_SV = 5 skipped" in note for note in sweep["notes"])
     methods = [(m, o.get("sv_layer"), o.get("gamma"), o["memory_budget_mb"]) for m, o in fake.calls]
     assert methods == [("ar", None, None, 110.0), ("ar", None, None, 115.0), ("cats", 10, 5, 110.0),
-                       ("cats", 15, 5, 115.0), ("cats", 15, 3, 115.0)], "one ar per budget; γ̄ = 5 at 15 reused"
+                       ("cats", 15, 5, 115.0), ("cats", 15, 3, 115.0)], "one ar per budget; γ = 5 at 15 reused"
     assert all(o["temperature"] == 0.0 and o["flash_mb_s"] == 500 and o["max_new_tokens"] == 8 for _, o in fake.calls)
     assert ticks == [(i, 5) for i in range(1, 6)]
     assert [p["sv_layer"] for p in sweep["sv_points"]] == [10, 15]
@@ -313,7 +313,7 @@ def test_cats_sweep_skips_missing_adapters_and_shares_baselines(fake):
     assert point["speedup"] == pytest.approx(cats_events()[-1].stats["tokens_per_s"] / ar_speed)
     assert point["bpt"] == pytest.approx(0.8 * MB) and point["ar_bpt"] == pytest.approx(2 * MB)
     fig = cats_sweep_figures.sweep_figure(sweep, "sv_layer")
-    assert {t.name for t in fig.data} == {"cats", "ar"} and "L_SV = 5 skipped" in fig.layout.title.text
+    assert {t.name for t in fig.data} == {"cats", "ar"} and "ℓ_SV = 5 skipped" in fig.layout.title.text
     assert list(next(t for t in fig.data if t.name == "cats" and t.xaxis == "x").y) == pytest.approx([0.8, 0.8])
     assert len(cats_sweep_figures.sweep_figure(sweep, "gamma").data) == 3
     with pytest.raises(ValueError, match="along"):
@@ -329,7 +329,7 @@ def test_cats_sweep_with_kangaroo_and_without_verifiers(fake, monkeypatch):
     monkeypatch.setattr(cats_sweeps, "shipped_cats_layers", lambda role=None: [3] if role == "draft" else [])
     empty = cats_sweeps.cats_sweep(FakeEngine(), "p", sv_layers=(15,), gammas=(5,))
     assert not empty["sv_points"] and not empty["gamma_points"]
-    assert any("γ̄ sweep skipped" in note for note in empty["notes"])
+    assert any("γ sweep skipped" in note for note in empty["notes"])
     cats_sweep_figures.sweep_figure(empty)  # draws, saying nothing was measured
     monkeypatch.setattr(cats_sweeps, "shipped_cats_layers", lambda role=None: [])
     with pytest.raises(ValueError, match="no shipped CATS draft adapter cats@3"):
@@ -378,7 +378,7 @@ def test_real_budgeted_cats_run(real_engine):
     assert len(cycles) == stats.rounds > 1
     costs = cats_costs.run_costs(events)
     assert costs.rounds == stats.rounds and costs.tokens == stats.new_tokens - 1
-    drafted = {e.round: len(e.drafts) for e in events if e.kind == "sv_pass"}  # γ̄ = 5, fewer when fewer tokens are left
+    drafted = {e.round: len(e.drafts) for e in events if e.kind == "sv_pass"}  # γ = 5, fewer when fewer tokens are left
     assert costs.deep_passes == stats.rounds and costs.gamma == pytest.approx(sum(drafted.values()) / len(drafted))
     assert max(drafted.values()) == 5 and costs.gamma <= 5
     assert costs.deep_bytes_per_pass == stats.bytes_streamed / stats.target_calls

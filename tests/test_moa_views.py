@@ -204,7 +204,7 @@ def test_message_size_figure_is_table_7_with_measured_runs_overlaid(runs):
     fig = moa_messages.message_size_figure(accepted=3, nodes=10, tli=1, hidden=HIDDEN, kv_width=KV_WIDTH,
                                  measured={"tli1": runs["tli1-4g"].events})
     bars = {t.name: t for t in fig.data if isinstance(t, go.Bar)}
-    up, down = bars["Table 7 up: client → server (4M)"], bars["Table 7 down: server → client"]
+    up, down = bars["Table 7 up: client → server (4n)"], bars["Table 7 down: server → client"]
     assert list(up.y) == [40, 40, 40]
     assert list(down.y) == [3 * 3 + 2 * 3 * KV_WIDTH * 2, 3 * 3 + 3 * HIDDEN, 9]
     marks = [t for t in fig.data if isinstance(t, go.Scatter)]

@@ -1,6 +1,6 @@
 """specviz.views.ppsd_runs: PPSD's figures from real runs of a tiny random model, and the paper's formulas.
 
-The runs are real ``ppsd`` runs (head "none": the model's own norm and LM head at layer 2 of 4, so S = 2
+The runs are real ``ppsd`` runs (head "none": the model's own norm and LM head at layer 2 of 4, so P = 2
 stages) in ``serial`` mode, which needs no worker process, and in ``virtual`` mode for the clock label.
 Virtual mode's message cost is fixed here so that a fresh checkout never starts lane workers to measure it.
 """
@@ -139,8 +139,8 @@ def test_virtual_runs_say_clock_virtual_everywhere(serial, virtual):
     assert [r for r in rows if "clock=virtual" in r] == ["ppsd virtual [clock=virtual] · cpu0/stage1",
                                                          "ppsd virtual [clock=virtual] · cpu0/stage2"]
     assert "clock=virtual" in fig.layout.xaxis.title.text
-    point = pv.measured_point(virtual, label="E=2")
-    assert point["clock"] == "virtual" and point["label"] == "E=2 [clock=virtual]"
+    point = pv.measured_point(virtual, label="ℓ=2")
+    assert point["clock"] == "virtual" and point["label"] == "ℓ=2 [clock=virtual]"
     rows = pv.run_metrics_rows({"serial": serial, "virtual": virtual}, N_LAYERS, baseline=None)
     assert [(r["run"], r["clock"]) for r in rows] == [("serial", "wall"), ("virtual [clock=virtual]", "virtual")]
     assert rows[1]["Eq. 6 tok/s (measured a, tick)"] > 0, "a virtual run is a pipeline in (virtual) time"
@@ -195,8 +195,8 @@ def test_gain_heatmap_draws_eq7_and_its_alpha_one_value():
     alphas, exits, grid = ppsd_theory.gain_grid(n, gamma)
     assert alphas[-1] == 1.0 and exits == list(range(1, n))
     for e, row in zip(exits, grid):
-        assert row[-1] == pytest.approx((gamma + n / e) / (gamma + 1)), "λ(α = 1) = (γ + N/E)/(γ + 1)"
-        assert row[-1] != pytest.approx(gamma + n / e), "not the paper's stated γ + N/E"
+        assert row[-1] == pytest.approx((gamma + n / e) / (gamma + 1)), "gain at a = 1: (γ + L/ℓ)/(γ + 1)"
+        assert row[-1] != pytest.approx(gamma + n / e), "not the paper's stated γ + L/ℓ"
         assert row[10] == pytest.approx(ppsd_gain(alphas[10], gamma, e, n))
     fig = ppsd_theory.gain_heatmap_figure(n, gamma)
     heat = fig.data[0]
@@ -205,21 +205,21 @@ def test_gain_heatmap_draws_eq7_and_its_alpha_one_value():
     assert list(formula.y) == pytest.approx([(gamma + n / e) / (gamma + 1) for e in exits])
     assert list(claim.y) == pytest.approx([gamma + n / e for e in exits])
     note = fig.layout.title.text
-    assert "(γ + N/E)/(γ + 1)" in note and f"{(gamma + 2) / (gamma + 1):.2f}" in note  # E = 15
+    assert "(γ + L/ℓ)/(γ + 1)" in note and f"{(gamma + 2) / (gamma + 1):.2f}" in note  # ℓ = 15
 
 
 def test_speedup_surface_lines_and_measured_markers():
     points = [{"position_acceptance": 0.6, "exit_layer": 15, "speedup": 1.2, "label": "ppsd lanes", "clock": "wall"},
-              {"position_acceptance": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd E=6", "clock": "virtual"},
+              {"position_acceptance": 0.5, "exit_layer": 6, "speedup": 1.5, "label": "ppsd ℓ=6", "clock": "virtual"},
               {"position_acceptance": 0.6, "exit_layer": 15, "speedup": 0.8, "label": "eesd", "clock": "wall", "method": "eesd"}]
     fig = ppsd_theory.speedup_surface_figure(30, 5, points)
     lines = [t for t in fig.data if t.mode == "lines"]
     assert len(lines) == 2 * len(ppsd_theory.SHIPPED_EXITS)
-    e15 = [t for t in lines if t.name == "E = 15 (S = 2)"]
+    e15 = [t for t in lines if t.name == "ℓ = 15 (P = 2)"]
     assert e15[0].y[60] == pytest.approx(ppsd_speedup(0.6, 15, 30)) and e15[0].xaxis == "x"
     assert e15[1].y[60] == pytest.approx(eesd_speedup(0.6, 5, 15, 30)) and e15[1].xaxis == "x2"
     markers = {t.name: t for t in fig.data if t.mode == "markers"}
-    virtual = markers["measured: ppsd E=6 [clock=virtual]"]
+    virtual = markers["measured: ppsd ℓ=6 [clock=virtual]"]
     assert virtual.marker.symbol == "diamond-open"
     assert markers["measured: ppsd lanes"].marker.symbol == "diamond"
     assert markers["measured: eesd"].xaxis == "x2" and markers["measured: ppsd lanes"].xaxis == "x"
@@ -235,7 +235,7 @@ def test_speedup_vs_exit_marks_virtual_points():
                           "norm head [clock=virtual]"}
     assert lines["norm head [clock=virtual]"].marker.symbol == "circle-open"
     assert lines["norm head (wall clock)"].marker.symbol == "circle"
-    assert list(lines["layer head (wall clock)"].x) == [6, 15], "sorted by E, the point without a speedup left out"
+    assert list(lines["layer head (wall clock)"].x) == [6, 15], "sorted by ℓ, the point without a speedup left out"
     eq6 = next(t for t in fig.data if t.name == "Eq. 6 at each point's per-position acceptance")
     assert eq6.y[0] == pytest.approx(ppsd_speedup(0.5, 6, 30))
     assert "clock=virtual" in fig.layout.title.text
@@ -249,7 +249,7 @@ def test_formula_readout_and_figure():
     fig = ppsd_theory.formula_figure(0.6, 8, 5, 32)
     assert fig.data[1].y[0] == pytest.approx(ppsd_speedup(0.6, 8, 32))
     assert fig.data[3].y[0] == pytest.approx(eesd_speedup(0.6, 5, 8, 32))
-    assert f"S = {math.ceil(32 / 8)} stages" in fig.layout.title.text
+    assert f"P = {math.ceil(32 / 8)} stages" in fig.layout.title.text
 
 
 def test_formula_explorer_builds():
@@ -259,7 +259,7 @@ def test_formula_explorer_builds():
     readout = box.children[0].children[1]
     assert f"{ppsd_speedup(0.7, 10, 30):.2f}×" in readout.value
     sliders = box.children[0].children[0].children
-    sliders[1].value = 5  # E
+    sliders[1].value = 5  # ℓ
     assert f"{ppsd_speedup(0.7, 5, 30):.2f}×" in readout.value
 
 

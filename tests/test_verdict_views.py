@@ -468,11 +468,11 @@ def test_acceptance_vs_hit_contours_follow_the_model(runs):
     contour, scatter = fig.data
     assert contour.type == "contour" and scatter.type == "scatter"
     assert list(scatter.text) == ["C = 0.5", "C = 1.0"]
-    i, j = 10, 40  # ρ = y[10], h = x[40] = 1
+    i, j = 10, 40  # α = y[10], h = x[40] = 1
     assert contour.z[i][j] == pytest.approx((5 * contour.y[i] + 1) / ssd_round_time(0.030, 0.001, 1.0, 0.020, 0.040))
     # costs left out come from the points' own measurements (tradeoff_point carries them)
     auto = ssd.acceptance_vs_hit(points[:1])
-    assert auto.data[0].type == "contour" and "K = 5" in auto.layout.title.text
+    assert auto.data[0].type == "contour" and "γ = 5" in auto.layout.title.text
     bare = ssd.acceptance_vs_hit(points[1:])
     assert [t.type for t in bare.data] == ["scatter"] and "no contours" in bare.layout.title.text
 

@@ -1,7 +1,7 @@
 """specviz dashboard page: CATS (paper 004) under a memory budget, live, one cycle at a time.
 
 ``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The sidebar holds CATS's settings (the shipped draft and
-shallow-verifier adapters, γ̄, the acceptance rule), the memory budget (resident layers, flash bandwidth,
+shallow-verifier adapters, γ, the acceptance rule), the memory budget (resident layers, flash bandwidth,
 stream mode), the generation settings and the dtype; the page holds the prompt, the live token stream, the
 metrics, one cycle's tree, mask and io/compute Gantt, and the shallow verifier's confusion matrix.
 
@@ -48,9 +48,9 @@ st.set_page_config(page_title="specviz — CATS", page_icon="🪜", layout="wide
 st.title("🪜 CATS under a memory budget, live")
 st.markdown(
     "When the model does not fit in memory, the layers that do not fit are read from flash on **every** forward, "
-    "and a pass through them costs its bytes. **CATS** keeps layers 1..L_SV resident and does its cheap work "
-    "there: it **drafts** γ̄ tokens with layers 1..L_DM and an adapter, lets a **shallow verifier** (layers "
-    "L_DM+1..L_SV and a second adapter) propose its own token wherever it disagrees with a draft, and "
+    "and a pass through them costs its bytes. **CATS** keeps layers 1..ℓ_SV resident and does its cheap work "
+    "there: it **drafts** γ tokens with layers 1..ℓ_DM and an adapter, lets a **shallow verifier** (layers "
+    "ℓ_DM+1..ℓ_SV and a second adapter) propose its own token wherever it disagrees with a draft, and "
     "**re-forwards** those corrections, all without flash traffic. Then one streamed pass through the deep "
     "layers **verifies** the chain and its correction siblings together. Here the budget is real: the streamed "
     "layers are read back from per-layer files through a reader throttled to the flash bandwidth."
@@ -77,17 +77,17 @@ with cats_box:
         st.error(f"CATS needs a shipped draft adapter and a shallow-verifier adapter in data/drafts; found draft "
                  f"{drafts or 'none'}, shallow verifier {verifiers or 'none'} (`specviz train cats`).")
         st.stop()
-    dm_layer = st.selectbox("L_DM: draft layers", drafts, index=drafts.index(3) if 3 in drafts else 0,
-                            key="cats:dm_layer", help="Layers 1..L_DM plus the shipped DM adapter cats@L_DM draft.")
+    dm_layer = st.selectbox("ℓ_DM: draft layers", drafts, index=drafts.index(3) if 3 in drafts else 0,
+                            key="cats:dm_layer", help="Layers 1..ℓ_DM plus the shipped DM adapter cats@ℓ_DM draft.")
     above = ch.sv_choices(verifiers, dm_layer)
     if not above:
-        st.error(f"No shipped shallow verifier above L_DM = {dm_layer} (shipped: {verifiers}).")
+        st.error(f"No shipped shallow verifier above ℓ_DM = {dm_layer} (shipped: {verifiers}).")
         st.stop()
-    sv_layer = st.selectbox("L_SV: shallow verifier", above, index=above.index(15) if 15 in above else len(above) - 1,
-                            key="cats:sv_layer", help="Layers L_DM+1..L_SV plus the shipped SV adapter cats@L_SV "
+    sv_layer = st.selectbox("ℓ_SV: shallow verifier", above, index=above.index(15) if 15 in above else len(above) - 1,
+                            key="cats:sv_layer", help="Layers ℓ_DM+1..ℓ_SV plus the shipped SV adapter cats@ℓ_SV "
                                                       "check every draft in one parallel pass.")
-    gamma = st.number_input("γ̄: drafts per cycle", 1, 10, 5, step=1, key="cats:gamma",
-                            help="Drafting passes per cycle; one deep pass then commits between 1 and γ̄ + 1 tokens.")
+    gamma = st.number_input("γ: drafts per cycle", 1, 10, 5, step=1, key="cats:gamma",
+                            help="Drafting passes per cycle; one deep pass then commits between 1 and γ + 1 tokens.")
     acceptance = st.selectbox("acceptance", list(ch.ACCEPTANCE_LABELS), format_func=ch.ACCEPTANCE_LABELS.get,
                               key="cats:acceptance",
                               help="greedy: the target's argmax (lossless). sample: the multi-candidate rule, lossless "
@@ -100,8 +100,8 @@ with cats_box:
 with memory_box:
     st.header("Memory budget")
     use_budget = st.checkbox("hold the target to a memory budget", value=True, key="cats:use_budget")
-    resident = st.slider("resident layers (1..k)", 0, n_layers, 15, key="cats:resident", disabled=not use_budget,
-                         help="The budget keeps layers 1..k in memory (the paper: k = L_SV); the rest stream from "
+    resident = st.slider("resident layers (1..this)", 0, n_layers, 15, key="cats:resident", disabled=not use_budget,
+                         help="The budget keeps layers 1..this in memory (the paper: 1..ℓ_SV); the rest stream from "
                               "their files on every forward. Embeddings and LM head always stay resident.")
     flash = st.number_input("flash bandwidth (MB/s)", 10.0, 20000.0, 1000.0, step=100.0, key="cats:flash",
                             disabled=not use_budget,

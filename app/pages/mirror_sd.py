@@ -34,11 +34,11 @@ page = LanePage(
     "mirror", "Mirror-SD", "🪞", "🪞 Mirror-SD: the target's early exit launches the draft, live",
     "In plain speculative decoding the draft waits for the verdict before it drafts again, so a round costs "
     "T_draft + T_target. **Mirror-SD** puts the draft on its own lane. Halfway through verifying a window, at "
-    "layer l_e, the target sends the top-κ of its *early exit* (the LM head on h^(l_e)) at each of the γ+1 "
-    "positions (**ee**). While the target finishes layers l_e+1..N, the draft rolls out a next window for every "
-    "one of those (γ+1)·κ possible corrections. When the **verdict** (A accepted, token c) arrives, the branch "
-    "rooted at c after A drafts is the next window (a *hit*), or the draft makes a fresh one on the critical "
-    "path (a *fallback*). Step time (Eq. 10/14): T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen). The bet never "
+    "layer ℓ, the target sends the top-κ of its *early exit* (the LM head on the hidden state after layer ℓ) at each of the γ+1 "
+    "positions (**ee**). While the target finishes layers ℓ+1..L, the draft rolls out a next window for every "
+    "one of those (γ+1)·κ possible corrections. When the **verdict** (A accepted, token x*) arrives, the branch "
+    "rooted at x* after A drafts is the next window (a *hit*), or the draft makes a fresh one on the critical "
+    "path (a *fallback*). Step time (Eq. 10/14): T^{1:ℓ} + T_rv + max(T^{ℓ+1:L}, T_gen). The bet never "
     "decides what is committed, only which window comes next: the run is lossless.",
     "starting the draft lane (a worker process that loads the draft once)…")
 page.start()
@@ -57,8 +57,8 @@ with page.method_box:
         st.stop()
     if st.session_state.get(f"{P}exit_layer") not in layers:
         st.session_state[f"{P}exit_layer"] = vp.default_exit_layer(layers, page.n_layers)
-    exit_layer = st.selectbox("l_e: exit layer", layers, key=f"{P}exit_layer",
-                              help="The target's prefix is layers 1..l_e; the suffix l_e+1..N is the overlap budget Δ.")
+    exit_layer = st.selectbox("ℓ: exit layer", layers, key=f"{P}exit_layer",
+                              help="The target's prefix is layers 1..ℓ; the suffix ℓ+1..L is the overlap budget Δ.")
     draft = st.selectbox("draft", list(vp.MIRROR_DRAFTS), format_func=vp.DRAFT_LABELS.get, key=f"{P}draft")
     rule = st.selectbox("acceptance rule", list(vp.RULES), format_func=vp.RULE_LABELS.get, key=f"{P}rule",
                         help="Both are lossless; they differ only when sampling (temperature > 0).")
@@ -71,8 +71,8 @@ options = vp.mirror_options(gamma, kappa, exit_layer, exit_head, draft, rule, pa
 with st.expander("The latency law (Eq. 10/14): move the costs", expanded=False):
     left, right = st.columns([1, 2])
     with left:
-        t_prefix = st.slider("T^{1:l_e} (prefix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:prefix")
-        t_suffix = st.slider("Δ = T^{l_e+1:N} (suffix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:suffix")
+        t_prefix = st.slider("T^{1:ℓ} (prefix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:prefix")
+        t_suffix = st.slider("Δ = T^{ℓ+1:L} (suffix) ms", 1.0, 80.0, 20.0, 0.5, key=f"{P}x:suffix")
         t_step = st.slider("draft ms per step", 0.5, 30.0, 4.0, 0.5, key=f"{P}x:step")
         eta = st.slider("η̄: tokens per draft step", 1.0, 3.0, 1.5, 0.1, key=f"{P}x:eta")
         x_gamma = st.slider("γ", 1, 12, 5, key=f"{P}x:gamma")

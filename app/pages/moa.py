@@ -2,7 +2,7 @@
 
 ``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The sidebar holds the drafter (MoA at TLI 0/1/3, the −LSA ablation, EAGLE,
 EAGLE trained on MoA's budget, the tiny independent draft), the link (none, local, base, 5G, 4G), its packet loss
-and the disconnection budget B, the generation settings and the model; the page holds the Table 7 explorer, the
+and the disconnection point (after how many new tokens), the generation settings and the model; the page holds the Table 7 explorer, the
 prompt, the live client · link · server Gantt, the text, the metrics, the draft split and the message sizes
 measured against Table 7.
 
@@ -43,7 +43,7 @@ st.markdown(
     "once per cycle on the newly verified tokens and keeps the mean over layers as memory; the client drafts with "
     "**SA** (causal self-attention over its own tokens), **CA** (cross-attention into that memory) and optionally "
     "**TLI**, the target's own last layers. Verification is the ordinary lossless tree verification. In "
-    "client–server mode the client sends its draft tree up (4M bytes) and the server sends the verdict and the new "
+    "client–server mode the client sends its draft tree up (4n bytes) and the server sends the verdict and the new "
     "memory rows down (3A + 2A·E_kv·(TLI+1) bytes, Table 7). The link here is **simulated**: real bytes, seconds "
     "from the profile's delay, bandwidth and losses, added to the measured compute (clock `wall+link`).")
 
@@ -71,9 +71,9 @@ with method_box:
     loss = st.number_input("packet loss % (empty: the profile's)", min_value=0.0, max_value=50.0, value=None,
                            step=0.5, key=f"{P}loss", disabled=not linked,
                            help="Per 1500-byte packet; a message with a lost packet is resent after 200 ms.")
-    budget = st.number_input("disconnect after B new tokens (empty: never)", min_value=1, max_value=256, value=None,
+    budget = st.number_input("disconnect after this many new tokens (empty: never)", min_value=1, max_value=256, value=None,
                              step=1, key=f"{P}disconnect", disabled=not linked,
-                             help="After B new tokens the server vanishes and the client writes alone: LOSSY.")
+                             help="After that many new tokens the server vanishes and the client writes alone: LOSSY.")
     seed = int(st.number_input("link seed", 0, 10_000, 0, key=f"{P}seed", disabled=not linked))
 
 with settings_box:
@@ -91,7 +91,7 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
     left, right = st.columns([1, 2])
     with left:
         x_a = st.slider("A: tokens accepted per cycle", 1, 12, 3, key=f"{P}x:a")
-        x_m = st.slider("M: tree nodes sent", 1, 60, 16, key=f"{P}x:m")
+        x_m = st.slider("n: tree nodes sent", 1, 60, 16, key=f"{P}x:m")
         x_tli = st.slider("TLI", 0, 8, 0, key=f"{P}x:tli")
         x_b = st.selectbox("bytes per value", [1, 2, 4], key=f"{P}x:b", help="1: int8 as the paper (and this engine)")
         x_draft = st.slider("T_draft ms (client)", 1.0, 200.0, 30.0, 1.0, key=f"{P}x:draft")
@@ -101,8 +101,8 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
         st.plotly_chart(moa_messages.message_size_figure(x_a, x_m, x_tli, HIDDEN, KV_WIDTH, x_b), key=f"{P}x:sizes")
         st.plotly_chart(moa_messages.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
                                              KV_WIDTH, x_b, tau=float(x_a)), key=f"{P}x:cycle")
-        st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model). T_cycle = T_draft + RTT + 8(B_up + B_down)/BW + "
-                   "T_verify + T_LSA [derived: docs/moa.md]; tokens/s = τ/T_cycle with τ = A here.")
+        st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model; E the hidden size, E_kv one layer's key width). T_cycle = T_draft + RTT "
+                   "+ 8(bytes_up + bytes_down)/B + T_verify + T_LSA [derived: docs/moa.md; B the link's bandwidth]; tokens/s = τ/T_cycle with τ = A here.")
 
 # --- prompt -------------------------------------------------------------------------------------
 prompt = prompt_picker(example_prompts(), P, "qa")

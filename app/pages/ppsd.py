@@ -2,12 +2,12 @@
 
 ``app/main.py`` (``streamlit run app/main.py``) lists this page in the sidebar. The page is a lane-method page
 (:mod:`app.lanes_page`: sidebar, prompt, live run, stored run); this script supplies what is PPSD's own: its
-settings (the shipped exit head and its layer E, the mode), the live worker × time Gantt of every run so far,
+settings (the shipped exit head and its layer ℓ, the mode), the live worker × time Gantt of every run so far,
 the metrics with Eq. 6 beside them, the per-run table, the text strip, and (optionally) ar and EESD γ = 5 on
 the same prompt placed on the paper's formulas.
 
 Decisions:
-- ``mode="lanes"`` needs one core per stage (S = ⌈N/E⌉). Where the machine has fewer, the page says so and
+- ``mode="lanes"`` needs one core per stage (P = ⌈L/ℓ⌉). Where the machine has fewer, the page says so and
   runs the same schedule in ``virtual`` mode; every number from a virtual run says ``clock=virtual``.
 - A lanes run is preceded by a 1-token run, so the measured one does not count starting the worker processes.
 - The Gantt redraws at most every 0.4 s while a run streams.
@@ -43,13 +43,13 @@ from specviz.views.ppsd_theory import speedup_surface_figure
 
 page = LanePage(
     "ppsd", "PPSD", "🚰", "🚰 PPSD: pipeline-parallel early exit, live",
-    "Early-exit speculation (EESD) drafts γ tokens with the first E layers, then verifies them with the whole "
-    "model, and a rejection early in the chain throws the rest of the drafts away. **PPSD** cuts the N layers "
-    "into S = ⌈N/E⌉ stages, one per worker. Stage 1 (layers 1..E and the exit head) drafts a token every "
+    "Early-exit speculation (EESD) drafts γ tokens with the first ℓ layers, then verifies them with the whole "
+    "model, and a rejection early in the chain throws the rest of the drafts away. **PPSD** cuts the L layers "
+    "into P = ⌈L/ℓ⌉ stages, one per worker. Stage 1 (layers 1..ℓ and the exit head) drafts a token every "
     "tick, while earlier drafts flow through the later stages and the last stage checks each one as it "
     "arrives (*verify-while-draft*). An accepted draft costs one tick; a rejection flushes what is in flight "
-    "and costs a whole pipeline of S ticks: ρ* = N / (aE + (1 − a)·S·E) (Eq. 6), with a the chance that the last "
-    "stage accepts a draft. Below, each bar is one stage "
+    "and costs a whole pipeline of P ticks: S_PPSD = L / (aℓ + (1 − a)·P·ℓ) (Eq. 6), with a the chance that the "
+    "last stage accepts a draft (the paper's α). Below, each bar is one stage "
     "computing one token, coloured by what became of the draft it carried.",
     "starting the lane workers (they load their layers once)…")
 page.start()
@@ -61,19 +61,19 @@ n_layers = page.n_layers
 # --- sidebar ------------------------------------------------------------------------------------
 with page.method_box:
     head = st.selectbox("exit head", list(ph.HEADS), format_func=ph.HEAD_LABELS.get, key="ppsd:head",
-                        help="The shipped early-exit heads (data/drafts, exit@E-head), trained by self-distillation.")
+                        help="The shipped early-exit heads (data/drafts, exit@ℓ-head), trained by self-distillation.")
     exits = ph.shipped_exits(head)
     if not exits:
         st.error(f"No shipped {head} exit head in data/drafts (`specviz train exit`).")
         st.stop()
     if st.session_state.get("ppsd:exit_layer") not in exits:
         st.session_state["ppsd:exit_layer"] = ph.default_exit(exits)
-    exit_layer = st.selectbox("E: exit layer", exits, key="ppsd:exit_layer",
-                              help="Stage 1 = layers 1..E and the exit head; the rest is cut into stages of E layers.")
+    exit_layer = st.selectbox("ℓ: exit layer", exits, key="ppsd:exit_layer",
+                              help="Stage 1 = layers 1..ℓ and the exit head; the rest is cut into stages of ℓ layers.")
     st.caption(ph.stages_caption(n_layers, exit_layer, page.capacity))
     page.mode_select(ph.MODES, ph.MODE_LABELS, lambda asked: ph.effective_mode(
         asked, stage_count(n_layers, exit_layer), page.capacity, lanes_unavailable()))
-    page.lane_checkboxes(f"also run ar and eesd γ={ph.EESD_GAMMA} (same E and head)",
+    page.lane_checkboxes(f"also run ar and eesd γ={ph.EESD_GAMMA} (same ℓ and head)",
                          "The paper's Figure 2: the three Gantts on one time axis.", False,
                          "Run ar, eesd and the serial schedule on one core with one thread, as each PPSD stage runs: "
                          "the Gantt then compares lane with lane. Off (the fair comparison): they use every core, as "
@@ -131,7 +131,7 @@ def show_theory(record: dict) -> None:
     st.plotly_chart(speedup_surface_figure(record["n_layers"], ph.EESD_GAMMA, points), key="ppsd:surface")
 
 
-record = page.stored_run("Pick an exit head, E and a mode, then press **Run PPSD**.")
+record = page.stored_run("Pick an exit head, ℓ and a mode, then press **Run PPSD**.")
 if record is not None:
     live_area.plotly_chart(lane_gantt_figure(ph.gantt_runs(record["runs"])), key="ppsd:gantt")
     show_metrics(record)

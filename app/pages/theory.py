@@ -56,8 +56,8 @@ same_dtype = [r for r in session_runs if r["events"][0].dtype == engine.dtype]  
 points = [p for p in (chain_run_point(r["events"], r["ar_events"], curve, r["label"]) for r in same_dtype) if p]
 if points:
     st.markdown("Each chain run of this session (Run and Compare pages) measured its own a (accepted ÷ positions "
-                "the target judged), c (draft time per drafted token ÷ `ar`'s time per token) and γ (tokens "
-                "drafted per round, on average); the model predicts its speedup from those on the curve above. "
+                "the target judged), c (draft time per drafted token ÷ `ar`'s time per token) and mean γ (tokens "
+                "drafted per round, averaged over its rounds); the model predicts its speedup from those on the curve above. "
                 "On the diagonal the model is right; "
                 "away from it the run gained or lost time the model does not count: bookkeeping and sampling, "
                 "drafts of uneven length (`pld` drafts only as far as its match goes), a short run's noise.")
@@ -71,27 +71,28 @@ else:
             "point, its measured speedup against the one the model predicts from its measured a, c and γ.")
 
 st.header("A draft tree (EAGLE-2)")
-st.markdown("At every position the target's token is the drafter's r-th choice with probability c_r (measured "
-            "for the shipped `eagle` head on held-out answers); the best tree of N nodes is the N most probable "
+st.markdown("At every position the target's token is the drafter's rank-j choice with probability rⱼ (measured "
+            "for the shipped `eagle` head on held-out answers); the best tree of n nodes is the n most probable "
             "paths, and a round commits 1 + Σ P(path).")
 left, middle, right = st.columns(3)
-depth = left.slider("D: depth", 1, 8, 5, key="theory:depth")
+depth = left.slider("d: depth", 1, 8, 5, key="theory:depth")
 topk = middle.slider("k: candidates per node", 1, 8, 4, key="theory:topk")
 tree_cost = right.slider("c: one draft level ÷ one target step", 0.0, 0.5, 0.1, 0.01, key="theory:tree_c")
 probs = rank_probabilities(heldout_topk_agreement("eagle"), topk)
 st.plotly_chart(tree_budget_figure(probs, depth, tree_cost, curve))
 
 st.header("Early exit: drafting with the target's own first layers (EESD, PPSD)")
-st.markdown("A self-draft runs the target's first E of N layers (and an exit head); EESD drafts γ tokens, then "
-            "verifies them with all N layers. PPSD (paper 003) pipelines the layers instead, one stage of E layers "
-            "per core, so an accepted token costs one tick and a rejected one a whole pipeline of S = ⌈N/E⌉ ticks. "
+st.markdown("A self-draft runs the target's first ℓ of L layers (and an exit head); EESD drafts γ tokens, then "
+            "verifies them with all L layers. PPSD (paper 003) pipelines the layers instead, one stage of ℓ layers "
+            "per core, so an accepted token costs one tick and a rejected one a whole pipeline of P = ⌈L/ℓ⌉ ticks. "
+            "The paper's N, E, α, ρ (EESD) and its starred ρ (PPSD) are L, ℓ, a, S_EESD and S_PPSD here. "
             "Costs are in layers, so the models hold on any machine where layers cost alike.")
 left, middle, right = st.columns(3)
 exit_alpha = left.slider("a: chance each draft token is accepted", 0.0, 1.0, 0.6, 0.05, key="theory:exit_alpha")
-exit_layer = middle.slider("E: exit layer", 1, engine.target.n_layers - 1, 8, key="theory:exit_layer")
+exit_layer = middle.slider("ℓ: exit layer", 1, engine.target.n_layers - 1, 8, key="theory:exit_layer")
 exit_gamma = right.slider("γ: EESD draft length", 1, 10, 5, key="theory:exit_gamma")
-st.latex(r"\rho_{\mathrm{EESD}} = \frac{(1-a^{\gamma+1})\,N}{(1-a)(\gamma E + N)}\ \text{(Eq. 4)},\qquad "
-         r"\rho^{*}_{\mathrm{PPSD}} = \frac{N}{aE + (1-a)\lceil N/E\rceil E}\ \text{(Eq. 6)}")
+st.latex(r"S_{\mathrm{EESD}} = \frac{(1-a^{\gamma+1})\,L}{(1-a)(\gamma \ell + L)}\ \text{(Eq. 4)},\qquad "
+         r"S_{\mathrm{PPSD}} = \frac{L}{a\ell + (1-a)\lceil L/\ell\rceil \ell}\ \text{(Eq. 6)}")
 st.markdown(formula_readout(exit_alpha, exit_layer, exit_gamma, engine.target.n_layers), unsafe_allow_html=True)
 st.plotly_chart(formula_figure(exit_alpha, exit_layer, exit_gamma, engine.target.n_layers))
 
@@ -101,9 +102,9 @@ st.markdown("These models need times only a run measures (a drafting pass, a lin
 PAPER_MODELS = [  # (the page's URL path, the paper, its model)
     ("CATS", "CATS (paper 004)", "speedup = τ·T_AR ÷ T_cycle, with T_cycle = γ·t_draft + t_shallow verify + "
      "t_reforward + max(deep weight bytes ÷ bandwidth, deep compute)"),
-    ("Mirror_SD", "Mirror-SD (paper 000)", "T_step = T^{1:l_e} + T_rv + max(T^{l_e+1:N}, T_gen); it beats SD iff "
-     "T_rv < min(T^{l_e+1:N}, T_gen)"),
-    ("SSD", "SSD (paper 002)", "speedup over SD = (T_d(K) + T_v) ÷ (T_v + (1 − P(hit))·T_backup)"),
+    ("Mirror_SD", "Mirror-SD (paper 000)", "T_step = T^{1:ℓ} + T_rv + max(T^{ℓ+1:L}, T_gen); it beats SD iff "
+     "T_rv < min(T^{ℓ+1:L}, T_gen)"),
+    ("SSD", "SSD (paper 002)", "speedup over SD = (T_d(γ) + T_v) ÷ (T_v + (1 − h)·T_backup), γ the lookahead and h the hit rate"),
     ("MoA", "MoA client–server (paper 001)", "T_cycle = T_draft + RTT + 8·(bytes up + bytes down) ÷ bandwidth + "
      "T_verify + T_LSA"),
 ]

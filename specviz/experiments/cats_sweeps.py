@@ -1,6 +1,6 @@
 """CATS's sweeps on the real engine (paper 004; docs/trees-and-cats.md): ``ar``, Kangaroo and ``cats`` at several
-shallow-verifier layers L_SV, γ̄ (:func:`cats_sweep`) and emulated flash bandwidths (:func:`bandwidth_sweep`),
-each under the memory budget that keeps layers 1..L_SV resident. They return the runs and their points; the
+shallow-verifier layers ℓ_SV, γ (:func:`cats_sweep`) and emulated flash bandwidths (:func:`bandwidth_sweep`),
+each under the memory budget that keeps layers 1..ℓ_SV resident. They return the runs and their points; the
 figures are :mod:`specviz.views.cats_sweep_figures`.
 """
 
@@ -68,10 +68,10 @@ def cats_sweep(engine, prompt, sv_layers: Sequence[int] = (5, 10, 15, 20), gamma
                progress: Callable[[int, int], None] | None = None) -> dict:
     """Greedy ``cats`` runs under memory budgets, each beside ``ar`` under the same budget:
 
-    * along L_SV: for each ``sv_layers`` entry with a shipped shallow-verifier adapter, layers 1..L_SV
-      resident (the budget grows with L_SV), ``cats(dm_layer, L_SV, gamma)`` and ``ar`` (and Kangaroo with
+    * along ℓ_SV: for each ``sv_layers`` entry with a shipped shallow-verifier adapter, layers 1..ℓ_SV
+      resident (the budget grows with ℓ_SV), ``cats(dm_layer, ℓ_SV, gamma)`` and ``ar`` (and Kangaroo with
       ``kangaroo``); layers without an adapter are skipped and listed in ``skipped`` with the reason;
-    * along γ̄: at ``sv_layer`` (its budget), ``cats`` at each of ``gammas`` (and Kangaroo at the same γ).
+    * along γ: at ``sv_layer`` (its budget), ``cats`` at each of ``gammas`` (and Kangaroo at the same γ).
 
     Returns ``sv_points`` and ``gamma_points`` (per run: τ, tok/s, BPT, speedup over that budget's ``ar``,
     bytes, the stage costs), ``skipped``, ``notes`` and the settings. ``progress(i, n)`` after each run.
@@ -83,18 +83,18 @@ def cats_sweep(engine, prompt, sv_layers: Sequence[int] = (5, 10, 15, 20), gamma
     usable, skipped = [], []
     for layer in dict.fromkeys(sv_layers):
         if layer <= dm_layer:
-            skipped.append({"sv_layer": layer, "reason": f"not above the draft layer L_DM = {dm_layer}"})
+            skipped.append({"sv_layer": layer, "reason": f"not above the draft layer ℓ_DM = {dm_layer}"})
         elif layer not in verifiers:
             skipped.append({"sv_layer": layer, "reason": f"no shipped adapter cats@{layer} (shipped shallow "
                                                          f"verifiers: {verifiers or 'none'})"})
         else:
             usable.append(layer)
-    notes = [f"L_SV = {s['sv_layer']} skipped: {s['reason']}" for s in skipped]
+    notes = [f"ℓ_SV = {s['sv_layer']} skipped: {s['reason']}" for s in skipped]
     gamma_leg = list(dict.fromkeys(gammas)) if sv_layer in verifiers and sv_layer > dm_layer else []
     if gammas and not gamma_leg:
-        notes.append(f"γ̄ sweep skipped: no shipped shallow-verifier adapter cats@{sv_layer}")
+        notes.append(f"γ sweep skipped: no shipped shallow-verifier adapter cats@{sv_layer}")
     budgets = list(dict.fromkeys(usable + ([sv_layer] if gamma_leg else [])))
-    jobs = [("ar", layer, None) for layer in budgets]  # (what, L_SV, γ̄): every run, planned first for progress
+    jobs = [("ar", layer, None) for layer in budgets]  # (what, ℓ_SV, γ): every run, planned first for progress
     for layer, g in [(layer, gamma) for layer in usable] + [(sv_layer, g) for g in gamma_leg]:
         for what in ("cats", "kangaroo") if kangaroo else ("cats",):
             if (what, layer, g) not in jobs:

@@ -98,7 +98,7 @@ class RunCosts:
     @property
     def other_per_cycle(self) -> float:
         """Everything in a cycle outside the draft, sv and reforward stages and the deep pass: layers
-        L_SV..deep start for Kangaroo and ar, the LM head, the walk, cache rollback, bookkeeping."""
+        ℓ_SV..deep start for Kangaroo and ar, the LM head, the walk, cache rollback, bookkeeping."""
         rest = self.round_wall - self.draft - self.sv - self.reforward - self.deep_wall
         return max(rest, 0.0) / self.rounds if self.rounds else 0.0
 
@@ -143,11 +143,13 @@ def run_costs(events: Sequence[Event]) -> RunCosts:
 class TimeModel:
     """§7.6's [derived] time model with measured inputs (seconds, bytes):
 
-        T_cycle(BW) = γ̄·t_DM + t_SV + t_ref + max(B_deep / BW, t_deep) + t_other
-        T_AR(BW)    = t_other,AR + max(B_deep,AR / BW, t_deep,AR)
-        speedup     = τ · T_AR / T_cycle,        BPT = B_deep / τ
+        T_cycle(B) = γ·t_DM + t_SV + t_ref + max(bytes_deep / B, t_deep) + t_other
+        T_AR(B)    = t_other,AR + max(bytes_deep,AR / B, t_deep,AR)
+        S          = τ · T_AR / T_cycle,        BPT = bytes_deep / τ
 
-    ``t_other`` (the LM head, the walk, rollback; for Kangaroo also its resident layers above L_DM) is not
+    (B the flash bandwidth.)
+
+    ``t_other`` (the LM head, the walk, rollback; for Kangaroo also its resident layers above ℓ_DM) is not
     in :func:`specviz.theory.cats_cycle_seconds`; it is added so that the model meets the measurement at
     the measured bandwidth instead of overestimating the speedup by a constant. Kangaroo is the same model
     with t_SV = t_ref = 0.
@@ -195,7 +197,7 @@ class TimeModel:
 
     @property
     def asymptote(self) -> float:
-        """The speedup as the bandwidth falls to nothing: τ · B_deep,AR / B_deep (bytes rule everything)."""
+        """The speedup as the bandwidth falls to nothing: τ · bytes_deep,AR / bytes_deep (bytes rule everything)."""
         return self.tau * self.ar_deep_bytes / self.deep_bytes if self.deep_bytes else float("inf")
 
     def to_dict(self) -> dict:
@@ -217,8 +219,9 @@ def layer_time_model(layer_bytes: Sequence[int], sv_layer: int, tau: float, gamm
     """The same model for a slider: layers 1..``sv_layer`` resident, the rest streamed once per forward.
 
     Compute is ``layer_seconds`` per layer per forward (a handful of tokens cost about what one does on a
-    CPU) and ``head_seconds`` per adapter + LM head call: t_DM = L_DM·ℓ + h, t_SV = (L_SV − L_DM)·ℓ + h,
-    t_ref = L_SV·ℓ, t_deep = (L − L_SV)·ℓ, t_other = h; ar pays L_SV·ℓ + h besides its deep pass."""
+    CPU) and ``head_seconds`` per adapter + LM head call; with t_layer and t_head those two:
+    t_DM = ℓ_DM·t_layer + t_head, t_SV = (ℓ_SV − ℓ_DM)·t_layer + t_head, t_ref = ℓ_SV·t_layer,
+    t_deep = (L − ℓ_SV)·t_layer, t_other = t_head; ar pays ℓ_SV·t_layer + t_head besides its deep pass."""
     n = len(layer_bytes)
     if not 1 <= dm_layer < sv_layer < n:
         raise ValueError(f"need 1 <= dm_layer ({dm_layer}) < sv_layer ({sv_layer}) < {n}")

@@ -4,7 +4,7 @@ shallow verifier against the target, and the sweeps that put measurement beside 
 Everything reads the engine's event stream (``ShallowVerification``, ``DraftTree``, ``Verification``,
 ``StageSpan``, ``StreamChunk``, ``Commit``), so a replayed trace draws the same pictures as a live run.
 
-* :func:`cycle_tree_figure` — one cycle's tree: the draft chain d_0..d_{γ̄−1} and a correction sibling
+* :func:`cycle_tree_figure` — one cycle's tree: the draft chain d_0..d_{γ−1} and a correction sibling
   (the shallow verifier's ĉ_i, drawn as a hexagon) wherever the verifier disagreed with the draft, coloured
   by what the target did (:func:`specviz.views.draft_trees.tree_figure`), and :func:`cycle_mask_figure` its tree mask.
 * :func:`gantt_figure` — per cycle, the io lane (each streamed chunk's read, ``load_start → load_end``) above
@@ -13,8 +13,8 @@ Everything reads the engine's event stream (``ShallowVerification``, ``DraftTree
 * :func:`confusion_figure` — at every draft position the target judged, did the shallow verifier agree with
   the draft, and did the target accept it? The off-diagonal cells are what the verifier gets wrong; the
   "disagreed × rejected" cell is where a correction sibling can save the cycle.
-* :func:`specviz.experiments.cats_sweeps.cats_sweep` / :func:`specviz.views.cats_sweep_figures.sweep_figure` — BPT and speedup against the shallow verifier's layer L_SV
-  (with layers 1..L_SV resident: the memory budget) and against γ̄.
+* :func:`specviz.experiments.cats_sweeps.cats_sweep` / :func:`specviz.views.cats_sweep_figures.sweep_figure` — BPT and speedup against the shallow verifier's layer ℓ_SV
+  (with layers 1..ℓ_SV resident: the memory budget) and against γ.
 * :func:`specviz.experiments.cats_sweeps.bandwidth_sweep` / :func:`specviz.views.cats_sweep_figures.bandwidth_figure` — speedup against the emulated flash bandwidth for
   ``ar``, Kangaroo (``eesd(exit_layer=3, head=cats)``) and ``cats``, with the §7.6 time model
   (:mod:`specviz.theory`) evaluated at the measured τ and stage costs (:class:`specviz.views.cats_costs.TimeModel`).

@@ -1,4 +1,4 @@
-"""CATS's sweeps drawn: BPT and speedup against the shallow verifier's layer L_SV and γ̄ (:func:`sweep_figure`),
+"""CATS's sweeps drawn: BPT and speedup against the shallow verifier's layer ℓ_SV and γ (:func:`sweep_figure`),
 speedup against the emulated flash bandwidth with the §7.6 time model beside it (:func:`bandwidth_figure`), and
 the time model alone (:func:`cats_theory_figure`). The sweeps themselves run in
 :mod:`specviz.experiments.cats_sweeps`.
@@ -20,7 +20,7 @@ METHOD_COLOURS = {"ar": "#616161", "kangaroo": "#ef6c00", "cats": "#2e7d32"}
 
 
 def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
-    """BPT (left) and speedup over ``ar`` under the same budget (right) against L_SV or γ̄ (``along``)."""
+    """BPT (left) and speedup over ``ar`` under the same budget (right) against ℓ_SV or γ (``along``)."""
     if along not in ("sv_layer", "gamma"):
         raise ValueError(f"along must be 'sv_layer' or 'gamma', got {along!r}")
     points = sweep["sv_points" if along == "sv_layer" else "gamma_points"]

@@ -12,7 +12,7 @@ replayed trace draws the same pictures as a live run, and chains (``sps``) draw 
   number of nodes sent, measured by runs at several ``total_tokens`` and predicted from the trees of a
   single large run (greedy: smaller trees keep the best-scoring nodes, so a round's outcome at size m
   can be read off its large tree).
-  The analytic side there too: what the best tree of N nodes should commit and what verifying it costs.
+  The analytic side there too: what the best tree of n nodes should commit and what verifying it costs.
 """
 
 from __future__ import annotations

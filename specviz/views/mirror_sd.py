@@ -125,7 +125,7 @@ def overlap_rate(events: Sequence[Event]) -> dict:
 
 
 def fallback_point(events: Sequence[Event]) -> dict:
-    """One Mirror run as a point of :func:`fallback_heatmap`: its κ, l_e, fallback rate and measured Ω_κ."""
+    """One Mirror run as a point of :func:`fallback_heatmap`: its κ, ℓ, fallback rate and measured Ω_κ."""
     metrics, overlap = verdict_metrics(events), overlap_rate(events)
     return dict(kappa=metrics["kappa"] or overlap["kappa"], exit_layer=overlap["exit_layer"],
                 fallback_rate=metrics["fallback_rate"], omega=overlap["omega"])
@@ -163,8 +163,8 @@ def fallback_heatmap(points: Sequence[dict]) -> go.Figure:
 
 
 def mirror_law_figure(t_prefix: float, t_suffix: float, t_rv: float, draft_gen_by_gamma: dict[int, float]) -> go.Figure:
-    """The overlap budget Δ = T^{l_e+1:N} (the target's suffix) against the draft's
-    generation time T_gen(γ), with the Mirror step T^{1:l_e} + T_rv + max(Δ, T_gen) and vanilla SD's
+    """The overlap budget Δ = T^{ℓ+1:L} (the target's suffix) against the draft's
+    generation time T_gen(γ), with the Mirror step T^{1:ℓ} + T_rv + max(Δ, T_gen) and vanilla SD's
     T_target + T_gen beside them. Where T_gen ≤ Δ the Mirror step is flat in γ (zero slope, shaded): a longer
     window is free until the draft no longer fits under the suffix. Times in seconds, drawn in ms."""
     gammas = sorted(draft_gen_by_gamma)

@@ -29,7 +29,7 @@ def activation_width(kind: str, hidden: int, kv_width: int, tli: int) -> int:
 
 
 def wire_bytes(kind: str, direction: str, n: int, *, hidden: int, kv_width: int, tli: int = 0) -> int:
-    """The exact size of one message on this project's wire (8-bit activations): up 4 + 4M; down 4 + 3A + A·(W + 2)
+    """The exact size of one message on this project's wire (8-bit activations): up 4 + 4n; down 4 + 3A + A·(W + 2)
     with W = :func:`activation_width` (no rows for an independent draft)."""
     if direction == "up":
         return HEADER_BYTES + 4 * n
@@ -38,7 +38,7 @@ def wire_bytes(kind: str, direction: str, n: int, *, hidden: int, kv_width: int,
 
 
 def message_rows(events: Sequence[Event], hidden: int = 576, kv_width: int = 192) -> list[dict]:
-    """Every cycle's message with its M (nodes, up) or A (tokens, down), measured bytes and the exact wire size
+    """Every cycle's message with its n (nodes, up) or A (tokens, down), measured bytes and the exact wire size
     predicted from Table 7 + header and scales. Skips the gzipped prompt message (round 0)."""
     kind, tli = family(events), run_tli(events)
     by_round = {c.round: c for c in verification_rounds(events)}
@@ -60,7 +60,7 @@ def message_rows(events: Sequence[Event], hidden: int = 576, kv_width: int = 192
 
 def measured_message_sizes(events: Sequence[Event], hidden: int = 576, kv_width: int = 192) -> dict:
     """A run's mean message each way over its cycles (the prompt message left out), with Table 7 and the exact
-    wire size at the run's own mean M and A: ``{label, family, tli, lossless, nodes, accepted, up, down,
+    wire size at the run's own mean n and A: ``{label, family, tli, lossless, nodes, accepted, up, down,
     table7_up, table7_down, predicted_up, predicted_down, prompt_bytes}`` (``None`` where no cycle ran)."""
     rows = message_rows(events, hidden, kv_width)
     kind, tli = family(events), run_tli(events)
@@ -86,15 +86,15 @@ def table7_rows(accepted: int, nodes: int, tli: int = 0, hidden: int = 576, kv_w
 def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden: int = 576, kv_width: int = 192,
                         bytes_per_value: float = 1.0,
                         measured: Mapping[str, Sequence[Event]] | None = None) -> go.Figure:
-    """Table 7's bytes per message, up (4M: 3-byte id + 1-byte tree position per node) and down (MoA 3A +
-    2A·E_kv·(TLI+1)·b, EAGLE 3A + A·E·b, an independent draft 3A), for A accepted tokens and M nodes.
+    """Table 7's bytes per message, up (4n: 3-byte id + 1-byte tree position per node) and down (MoA 3A +
+    2A·E_kv·(TLI+1)·b, EAGLE 3A + A·E·b, an independent draft 3A), for A accepted tokens and n nodes.
     ``measured``: runs (label → events) whose mean message each way is drawn over their drafter's bars, with
-    the formula at the run's own M̄ and Ā in the hover (the wire adds a 4-byte header and 2 bytes per row)."""
+    the formula at the run's own mean n and mean A in the hover (the wire adds a 4-byte header and 2 bytes per row)."""
     sizes = table7_rows(accepted, nodes, tli, hidden, kv_width, bytes_per_value)
     names = {"moa": f"moa (TLI={tli})", "eagle": "eagle", "tiny": "tiny (independent)"}
     x = [names[k] for k in sizes]
     fig = go.Figure()
-    for direction, colour, label in (("up", UP_COLOUR, "up: client → server (4M)"),
+    for direction, colour, label in (("up", UP_COLOUR, "up: client → server (4n)"),
                                      ("down", DOWN_COLOUR, "down: server → client")):
         fig.add_trace(go.Bar(x=x, y=[sizes[k][direction] for k in sizes], name=f"Table 7 {label}",
                              marker_color=colour, offsetgroup=direction, text=[f"{sizes[k][direction]:,.0f}"
@@ -115,11 +115,11 @@ def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden
                 x=[where], y=[m[direction]], mode="markers", name=f"{tag} · {direction}", offsetgroup=direction,
                 marker=dict(symbol=symbol, size=14, color=marks[i % len(marks)], line=dict(width=1.5, color="white")),
                 hovertext=[f"{label}: mean {direction} message {m[direction]:,.1f} B over its cycles "
-                           f"({'M' if direction == 'up' else 'A'}̄ = {n:.2f}, TLI {m['tli']}) · Table 7 at these: "
+                           f"(mean {'n' if direction == 'up' else 'A'} = {n:.2f}, TLI {m['tli']}) · Table 7 at these: "
                            f"{m[f'table7_{direction}']:,.1f} B · + header and scales: "
                            f"{m[f'predicted_{direction}']:,.1f} B"], hoverinfo="text"))
     even = moa_break_even_tli(hidden, kv_width)
-    note = (f"A = {accepted} accepted, M = {nodes} nodes, E = {hidden}, E_kv = {kv_width}, {bytes_per_value:g} byte(s) "
+    note = (f"A = {accepted} accepted, n = {nodes} nodes, E = {hidden} (hidden size), E_kv = {kv_width}, {bytes_per_value:g} byte(s) "
             f"per value · MoA's down message exceeds EAGLE's from TLI = {even} on (2·E_kv·(TLI+1) > E)")
     title = "Bytes per message (Table 7)" + (" — LOSSY runs among the measured" if lossy else "")
     fig.update_layout(title=dict(text=f"{title}<br><sup>{note}</sup>"), barmode="group", scattermode="group", height=400,
@@ -131,7 +131,7 @@ def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden
 def cycle_time_rows(t_draft: float, t_verify: float, t_lsa: float, accepted: int, nodes: int, tli: int = 0,
                     hidden: int = 576, kv_width: int = 192, bytes_per_value: float = 1.0,
                     profiles: Sequence[str] = ("base", "5g", "4g")) -> list[dict]:
-    """The [derived] cycle time T = T_draft + RTT + 8(bytes up + down)/BW + T_verify + T_LSA (docs/moa.md) for
+    """The [derived] cycle time T = T_draft + RTT + 8(bytes up + down)/B + T_verify + T_LSA (docs/moa.md) for
     MoA, EAGLE and an independent draft under each profile (mean RTT: twice base delay + jitter mean; no loss):
     ``{profile, drafter, draft, rtt, transfer, verify, lsa, total}`` in seconds (LSA is MoA's only)."""
     sizes = table7_rows(accepted, nodes, tli, hidden, kv_width, bytes_per_value)

@@ -49,7 +49,7 @@ def gantt_rows(events: Sequence[Event]) -> list[dict]:
 def pipeline_metrics(events: Iterable[Event]) -> dict:
     """Where a pipelined run's decode time went (prefill excluded).
 
-    ``ticks_per_token``: stage-1 steps per committed token (1 if every draft is accepted, S if none is);
+    ``ticks_per_token``: stage-1 steps per committed token (1 if every draft is accepted, P if none is);
     ``tick_seconds``: decode time ÷ ticks; ``stage_seconds``: median compute per stage; ``idle``: each
     lane's idle fraction of the decode span; ``message_seconds``: median wait from a stage finishing to the
     next one starting on the same tick, when that one was ready (transfer and wake-up);

@@ -12,8 +12,8 @@ pictures as a live run, and a run still in progress draws what it has done so fa
 * :func:`lane_gantt_figure` — the worker × time Gantt of the paper's Figure 2, from real runs: one row per
   lane of each run (``ar · cpu0``, ``eesd · cpu0``, ``ppsd · cpu0``, ``ppsd · cpu1``), each stage compute
   coloured by the fate of the draft it carried. Idle time is the gaps.
-* :mod:`specviz.views.ppsd_theory`: :func:`speedup_surface_figure` — ρ*(a, E) of Eq. 6 beside EESD's ρ(a, γ, E) of Eq. 4, measured runs as
-  markers; :func:`gain_heatmap_figure` — λ of Eq. 7 (the formula, with a note on the paper's claim at a = 1);
+* :mod:`specviz.views.ppsd_theory`: :func:`speedup_surface_figure` — S_PPSD(a, ℓ) of Eq. 6 beside EESD's S_EESD(a, γ, ℓ) of Eq. 4, measured runs as
+  markers; :func:`gain_heatmap_figure` — the gain S_PPSD ÷ S_EESD of Eq. 7 (the formula, with a note on the paper's claim at a = 1);
   :func:`speedup_vs_exit_figure` — measured speedup against the exit layer for norm and layer heads.
 * :func:`text_strip_html` — the case-study strip: accepted drafts plain, rejected ones struck out, the
   target's corrections highlighted.
@@ -231,7 +231,7 @@ def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = N
 def run_metrics_rows(runs: Mapping[str, Sequence[Event]], n_layers: int, baseline: str | None = "auto") -> list[dict]:
     """A row per run with what the pipeline did (:func:`specviz.views.ppsd_pipeline.pipeline_metrics`) and Eq. 6 beside
     it: measured tokens/s against Eq. 6 at the measured per-position acceptance a and tick, and measured
-    speedup against ρ*(a, E) of Eq. 6 — over the run named ``baseline``, or with ``"auto"`` over
+    speedup against S_PPSD(a, ℓ) of Eq. 6 — over the run named ``baseline``, or with ``"auto"`` over
     :func:`baseline_for` (a virtual run over one-thread ``ar``); ``None``: no speedups. Single-lane runs fill
     only what they have."""
     rows = []

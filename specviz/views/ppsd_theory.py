@@ -1,7 +1,10 @@
-"""PPSD's formulas (paper 003; docs/ppsd.md) drawn, with measured runs beside them: ρ*(a, E) of Eq. 6 beside
-EESD's ρ(a, γ, E) of Eq. 4 (:func:`speedup_surface_figure`), λ of Eq. 7 (:func:`gain_heatmap_figure`), measured
-speedup against the exit layer (:func:`speedup_vs_exit_figure`, from bench results) and one point of the
-formulas (:func:`formula_figure`, :func:`formula_readout`). a is the per-token acceptance probability.
+"""PPSD's formulas (paper 003; docs/ppsd.md) drawn, with measured runs beside them: S_PPSD(a, ℓ) of Eq. 6
+beside EESD's S_EESD(a, γ, ℓ) of Eq. 4 (:func:`speedup_surface_figure`), the gain S_PPSD ÷ S_EESD of Eq. 7
+(:func:`gain_heatmap_figure`), measured speedup against the exit layer (:func:`speedup_vs_exit_figure`, from
+bench results) and one point of the formulas (:func:`formula_figure`, :func:`formula_readout`). In the
+project's notation (specviz.notation): a is the per-token acceptance probability (the paper's α), L the
+target's layers (the paper's N), ℓ the exit layer (the paper's E), P = ⌈L/ℓ⌉ the pipeline stages and S a
+speedup (the paper's ρ for EESD and its starred ρ for PPSD).
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from plotly.subplots import make_subplots
 from ..theory import eesd_speedup, ppsd_gain, ppsd_speedup
 from .ppsd_runs import VIRTUAL
 
-SHIPPED_EXITS = (3, 4, 5, 6, 8, 10, 15)  # exit@E-{norm,layer} heads in data/drafts
+SHIPPED_EXITS = (3, 4, 5, 6, 8, 10, 15)  # exit@ℓ-{norm,layer} heads in data/drafts
 
 
 HEAD_COLOURS = {"layer": "#6a1b9a", "norm": "#ef6c00", "none": "#455a64"}
 EXIT_PALETTE = ("#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#ad1457")
-ALPHA_NOTE = ("At a = 1 (every draft accepted), Eq. 7 gives λ = (γ + N/E)/(γ + 1), not the paper's stated γ + N/E: "
-              "plotted is the formula.")
+ALPHA_NOTE = ("At a = 1 (every draft accepted), Eq. 7 gives S_PPSD ÷ S_EESD = (γ + L/ℓ)/(γ + 1), not the paper's "
+              "stated γ + L/ℓ: plotted is the formula.")
 
 
 # --- (2) the formulas ---------------------------------------------------------------------------------
@@ -37,22 +40,22 @@ def exit_colour(exit_layer: int, exits: Sequence[int] = SHIPPED_EXITS) -> str:
 
 def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequence[dict] | None = None,
                            exits: Sequence[int] = SHIPPED_EXITS) -> go.Figure:
-    """ρ*(a, E) of Eq. 6 (left) against EESD's ρ(a, γ, E) of Eq. 4 (right), one line per exit layer E, on one
-    y scale. ``measured``: dicts with ``position_acceptance`` (αᵢ), ``exit_layer``, ``speedup``,
+    """S_PPSD(a, ℓ) of Eq. 6 (left) against EESD's S_EESD(a, γ, ℓ) of Eq. 4 (right), one line per exit layer ℓ,
+    on one y scale. ``measured``: dicts with ``position_acceptance`` (αᵢ), ``exit_layer``, ``speedup``,
     ``label``, ``clock`` (and ``method``: ``eesd`` points go on the right, the rest on the left);
     virtual-clock points are open markers labelled clock=virtual."""
     alphas = _alphas()
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("PPSD: ρ* = N / (aE + (1 − a)·⌈N/E⌉·E)  (Eq. 6)",
-                                        f"EESD, γ = {gamma}: ρ = (1 − a^(γ+1))·N / ((1 − a)(γE + N))"
+                        subplot_titles=("PPSD: S_PPSD = L / (aℓ + (1 − a)·⌈L/ℓ⌉·ℓ)  (Eq. 6)",
+                                        f"EESD, γ = {gamma}: S_EESD = (1 − a^(γ+1))·L / ((1 − a)(γℓ + L))"
                                         "  (Eq. 4)"))
     for e in exits:
         colour, stages = exit_colour(e, exits), math.ceil(n_layers / e)
         for col, curve in ((1, lambda a: ppsd_speedup(a, e, n_layers)),
                            (2, lambda a: eesd_speedup(a, gamma, e, n_layers))):
             fig.add_trace(go.Scatter(x=alphas, y=[curve(a) for a in alphas], mode="lines", line=dict(color=colour),
-                                     name=f"E = {e} (S = {stages})", legendgroup=f"E{e}", showlegend=col == 1,
-                                     hovertemplate=f"E = {e}: a %{{x:.2f}} → %{{y:.2f}}×<extra></extra>"),
+                                     name=f"ℓ = {e} (P = {stages})", legendgroup=f"exit{e}", showlegend=col == 1,
+                                     hovertemplate=f"ℓ = {e}: a %{{x:.2f}} → %{{y:.2f}}×<extra></extra>"),
                           row=1, col=col)
     for point in measured or ():
         col = 2 if point.get("method") == "eesd" else 1
@@ -60,7 +63,7 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
         e = point["exit_layer"]
         theory = (eesd_speedup(point["position_acceptance"], gamma, e, n_layers) if col == 2
                   else ppsd_speedup(point["position_acceptance"], e, n_layers))
-        label = point.get("label", f"E = {e}")
+        label = point.get("label", f"ℓ = {e}")
         if virtual and VIRTUAL not in label:
             label += f" [{VIRTUAL}]"
         fig.add_trace(go.Scatter(
@@ -75,7 +78,7 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
         fig.update_xaxes(title_text="a: per-token acceptance probability (measured: per-position acceptance)",
                          range=[0, 1], row=1, col=col)
     fig.update_yaxes(title_text="speedup over autoregressive", rangemode="tozero", row=1, col=1)
-    fig.update_layout(title=f"Speedup against per-token acceptance a for each exit layer E (N = {n_layers} layers;"
+    fig.update_layout(title=f"Speedup against per-token acceptance a for each exit layer ℓ (L = {n_layers} layers;"
                             " dotted: ar)",
                       height=460, margin=dict(t=80, b=50), legend=dict(title="exit layer"))
     return fig
@@ -83,35 +86,35 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
 
 def gain_grid(n_layers: int = 30, gamma: int = 5,
               step: float = 0.02) -> tuple[list[float], list[int], list[list[float]]]:
-    """Values of a (per-token acceptance probability), exit layers 1..N−1 and λ(a, E) of Eq. 7 (rows: E,
-    columns: a)."""
+    """Values of a (per-token acceptance probability), exit layers 1..L−1 and the gain S_PPSD ÷ S_EESD of Eq. 7
+    at each (rows: ℓ, columns: a)."""
     alphas, exits = _alphas(step), list(range(1, n_layers))
     return alphas, exits, [[ppsd_gain(a, gamma, e, n_layers) for a in alphas] for e in exits]
 
 
 def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
-    """λ = ρ*/ρ of Eq. 7 over a × E (left) and, at a = 1, the formula against the paper's stated γ + N/E
-    (right): the plots draw the formula, and the note says why the two differ."""
+    """The gain S_PPSD ÷ S_EESD of Eq. 7 over a × ℓ (left) and, at a = 1, the formula against the paper's stated
+    γ + L/ℓ (right): the plots draw the formula, and the note says why the two differ."""
     alphas, exits, grid = gain_grid(n_layers, gamma)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.1,
-                        subplot_titles=(f"λ(a, E) = ρ*/ρ, Eq. 7 (γ = {gamma}, N = {n_layers})",
+                        subplot_titles=(f"S_PPSD ÷ S_EESD, Eq. 7 (γ = {gamma}, L = {n_layers})",
                                         "at a = 1: the formula vs the paper's claim"))
     fig.add_trace(go.Heatmap(x=alphas, y=exits, z=grid, colorscale="Viridis",
-                             colorbar=dict(title="λ", x=0.62, thickness=14),
-                             hovertemplate="a %{x:.2f} · E = %{y} → λ = %{z:.2f}<extra></extra>"), row=1, col=1)
+                             colorbar=dict(title="gain", x=0.62, thickness=14),
+                             hovertemplate="a %{x:.2f} · ℓ = %{y} → gain %{z:.2f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=exits, y=[ppsd_gain(1.0, gamma, e, n_layers) for e in exits], mode="lines+markers",
-                             name="Eq. 7 at a = 1 = (γ + N/E)/(γ + 1)", line=dict(color="#2e7d32")), row=1, col=2)
+                             name="Eq. 7 at a = 1 = (γ + L/ℓ)/(γ + 1)", line=dict(color="#2e7d32")), row=1, col=2)
     fig.add_trace(go.Scatter(x=exits, y=[gamma + n_layers / e for e in exits], mode="lines",
-                             name="the paper's claim γ + N/E", line=dict(color="#c62828", dash="dash")), row=1, col=2)
+                             name="the paper's claim γ + L/ℓ", line=dict(color="#c62828", dash="dash")), row=1, col=2)
     example = SHIPPED_EXITS[-1] if SHIPPED_EXITS[-1] < n_layers else exits[len(exits) // 2]
-    note = (f"{ALPHA_NOTE} E.g. E = {example}: λ(1) = {ppsd_gain(1.0, gamma, example, n_layers):.2f}, "
+    note = (f"{ALPHA_NOTE} E.g. ℓ = {example}: the gain at a = 1 is {ppsd_gain(1.0, gamma, example, n_layers):.2f}, "
             f"the claim says {gamma + n_layers / example:.2f}.")
     fig.update_xaxes(title_text="a: per-token acceptance probability", row=1, col=1)
-    fig.update_yaxes(title_text="exit layer E", row=1, col=1)
-    fig.update_xaxes(title_text="exit layer E", row=1, col=2)
-    fig.update_yaxes(title_text="λ at a = 1", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="exit layer ℓ", row=1, col=1)
+    fig.update_xaxes(title_text="exit layer ℓ", row=1, col=2)
+    fig.update_yaxes(title_text="gain at a = 1", type="log", row=1, col=2)
     lowest = min(min(row) for row in grid)
-    fig.update_layout(title=f"PPSD's gain over EESD at the same exit (smallest λ here: {lowest:.2f})"
+    fig.update_layout(title=f"PPSD's gain over EESD at the same exit, S_PPSD ÷ S_EESD (smallest here: {lowest:.2f})"
                             f"<br><sup>{note}</sup>",
                       height=480, margin=dict(t=100, b=90), legend=dict(orientation="h", x=0.7, y=-0.15,
                                                                         yanchor="top"))
@@ -119,7 +122,7 @@ def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
 
 
 def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) -> go.Figure:
-    """Measured speedup against the exit layer E, one line per head (norm, layer) and clock (Tables 6/7 of
+    """Measured speedup against the exit layer ℓ, one line per head (norm, layer) and clock (Tables 6/7 of
     the paper, measured). Points: dicts ``exit_layer``, ``head``, ``speedup``, ``clock``, ``position_acceptance`` (its
     per-position acceptance); virtual points are open markers on a dashed line labelled clock=virtual. Given
     ``n_layers``, Eq. 6 at each point's per-position acceptance is drawn as a small grey cross beside it."""
@@ -139,7 +142,7 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
             line=dict(color=colour, dash="dash" if virtual else "solid"),
             marker=dict(size=11, color=colour, symbol="circle-open" if virtual else "circle", line=dict(width=2)),
             customdata=[[p.get("position_acceptance", float("nan")), p.get("label", "")] for p in group],
-            hovertemplate="%{customdata[1]}<br>E = %{x} · per-position acceptance %{customdata[0]:.2f} · "
+            hovertemplate="%{customdata[1]}<br>ℓ = %{x} · per-position acceptance %{customdata[0]:.2f} · "
                           "%{y:.2f}×<extra></extra>"))
     if n_layers:
         alphas = [p for g in groups.values() for p in g if p.get("position_acceptance") is not None]
@@ -151,7 +154,7 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
     virtual = any(clock == "virtual" for _, clock in groups)
     fig.update_layout(title="Speedup against the exit layer, norm vs layer heads"
                             + (f" (open markers: {VIRTUAL})" if virtual else ""),
-                      xaxis_title="exit layer E (stage 1 = layers 1..E)", yaxis=dict(title="speedup over ar",
+                      xaxis_title="exit layer ℓ (stage 1 = layers 1..ℓ)", yaxis=dict(title="speedup over ar",
                                                                                     rangemode="tozero"),
                       height=400, margin=dict(t=60, b=50))
     return fig
@@ -188,23 +191,24 @@ def exit_points_from_bench(results: dict) -> list[dict]:
 
 
 def formula_readout(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30) -> str:
-    """Eq. 6, Eq. 4 and λ at one setting, as a line of HTML (the formula explorer's readout)."""
+    """Eq. 6, Eq. 4 and their ratio (Eq. 7) at one setting, as a line of HTML (the formula explorer's readout)."""
     stages = math.ceil(n_layers / exit_layer)
-    rho_star = ppsd_speedup(alpha, exit_layer, n_layers)
-    rho = eesd_speedup(alpha, gamma, exit_layer, n_layers)
-    return (f"S = ⌈N/E⌉ = ⌈{n_layers}/{exit_layer}⌉ = <b>{stages}</b> stages · PPSD ρ* (Eq. 6) = "
-            f"<b>{rho_star:.2f}×</b> · EESD ρ (Eq. 4, γ = {gamma}) = <b>{rho:.2f}×</b> · λ = ρ*/ρ (Eq. 7) = "
+    s_ppsd = ppsd_speedup(alpha, exit_layer, n_layers)
+    s_eesd = eesd_speedup(alpha, gamma, exit_layer, n_layers)
+    return (f"P = ⌈L/ℓ⌉ = ⌈{n_layers}/{exit_layer}⌉ = <b>{stages}</b> stages · PPSD S_PPSD (Eq. 6) = "
+            f"<b>{s_ppsd:.2f}×</b> · EESD S_EESD (Eq. 4, γ = {gamma}) = <b>{s_eesd:.2f}×</b> · gain S_PPSD ÷ S_EESD "
+            f"(Eq. 7) = "
             f"<b>{ppsd_gain(alpha, gamma, exit_layer, n_layers):.2f}</b><br><small>An accepted token costs one "
             f"tick of {exit_layer} layers; a rejected one {stages} ticks (a whole pipeline). {ALPHA_NOTE}</small>")
 
 
 def formula_figure(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30) -> go.Figure:
-    """ρ* (Eq. 6) and ρ (Eq. 4) against a, the per-token acceptance probability, at one E and γ; the chosen
+    """S_PPSD (Eq. 6) and S_EESD (Eq. 4) against a, the per-token acceptance probability, at one ℓ and γ; the chosen
     a (``alpha``) marked on both."""
     alphas = _alphas()
     fig = go.Figure()
-    curves = (("PPSD ρ* (Eq. 6)", lambda a: ppsd_speedup(a, exit_layer, n_layers), "#2e7d32"),
-              (f"EESD ρ, γ = {gamma} (Eq. 4)", lambda a: eesd_speedup(a, gamma, exit_layer, n_layers), "#ef6c00"))
+    curves = (("PPSD S_PPSD (Eq. 6)", lambda a: ppsd_speedup(a, exit_layer, n_layers), "#2e7d32"),
+              (f"EESD S_EESD, γ = {gamma} (Eq. 4)", lambda a: eesd_speedup(a, gamma, exit_layer, n_layers), "#ef6c00"))
     for name, curve, colour in curves:
         fig.add_trace(go.Scatter(x=alphas, y=[curve(a) for a in alphas], mode="lines", name=name,
                                  line=dict(color=colour)))
@@ -212,7 +216,7 @@ def formula_figure(alpha: float, exit_layer: int, gamma: int, n_layers: int = 30
                                  marker=dict(size=12, color=colour),
                                  hovertemplate=f"{name}: %{{y:.2f}}×<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ar")
-    fig.update_layout(title=f"E = {exit_layer} of N = {n_layers} (S = {math.ceil(n_layers / exit_layer)} stages)",
+    fig.update_layout(title=f"ℓ = {exit_layer} of L = {n_layers} (P = {math.ceil(n_layers / exit_layer)} stages)",
                       xaxis=dict(title="a: per-token acceptance probability", range=[0, 1]),
                       yaxis=dict(title="speedup over autoregressive", rangemode="tozero"), height=360,
                       margin=dict(t=50, b=40))

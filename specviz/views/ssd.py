@@ -35,10 +35,10 @@ def hit_counts(events: Sequence[Event]) -> Counter:
 
 def ssd_cache_table(events: Sequence[Event], round_: int | None = None,
                     token_text: Callable[[int], str] | None = None) -> go.Figure:
-    """SSD's speculation cache for one round (§5.9 view 1): rows k = 0..K accepted, columns the fan-out slots
-    (rank in the draft's z_k), cell text the guessed bonus token. Colour: how often that cell was the one that
+    """SSD's speculation cache for one round (§5.9 view 1): rows A = 0..γ accepted, columns the fan-out slots
+    (rank in the draft's z_A), cell text the guessed bonus token. Colour: how often that cell was the one that
     hit over the whole run (hits / lookups) — the fan-out's shape should follow it. The round's realized verdict
-    is boxed: green on the cell that hit, red around row k on a miss. Default round: the last cache built."""
+    is boxed: green on the cell that hit, red around row A on a miss. Default round: the last cache built."""
     builds = _by_round(events, CacheBuild)
     text = token_text or str
     if not builds:
@@ -55,7 +55,7 @@ def ssd_cache_table(events: Sequence[Event], round_: int | None = None,
         if 0 <= rank < slots:
             cells[k][rank] = text(token)
     z = [[counts[(k, s)] / len(lookups) if lookups else 0.0 for s in range(slots)] for k in range(k_max + 1)]
-    fig = go.Figure(go.Heatmap(z=z, x=[f"#{s + 1}" for s in range(slots)], y=[f"k = {k}" for k in range(k_max + 1)],
+    fig = go.Figure(go.Heatmap(z=z, x=[f"#{s + 1}" for s in range(slots)], y=[f"A = {k}" for k in range(k_max + 1)],
                                text=cells, texttemplate="%{text}", colorscale="Greens", zmin=0,
                                colorbar=dict(title="hit freq."),
                                hovertemplate="%{y}, slot %{x}: %{text} · hit in %{z:.1%} of lookups<extra></extra>"))
@@ -65,12 +65,12 @@ def ssd_cache_table(events: Sequence[Event], round_: int | None = None,
     elif lookup.hit:
         fig.add_shape(type="rect", x0=lookup.rank - 0.5, x1=lookup.rank + 0.5, y0=lookup.accepted - 0.5,
                       y1=lookup.accepted + 0.5, name="hit", line=dict(color=HIT_GREEN, width=4))
-        verdict = f"verdict k = {lookup.accepted}, t* = {text(lookup.token)!r}: hit in slot #{lookup.rank + 1}"
+        verdict = f"verdict A = {lookup.accepted}, x* = {text(lookup.token)!r}: hit in slot #{lookup.rank + 1}"
     else:
         fig.add_shape(type="rect", x0=-0.5, x1=slots - 0.5, y0=lookup.accepted - 0.5, y1=lookup.accepted + 0.5,
                       name="miss", line=dict(color=MISS_RED, width=3, dash="dash"))
-        where = "not ranked" if lookup.rank < 0 else f"rank {lookup.rank + 1} in z_k"
-        verdict = f"verdict k = {lookup.accepted}, t* = {text(lookup.token)!r} ({where}): miss → backup"
+        where = "not ranked" if lookup.rank < 0 else f"rank {lookup.rank + 1} in z_A"
+        verdict = f"verdict A = {lookup.accepted}, x* = {text(lookup.token)!r} ({where}): miss → backup"
     fig.update_layout(title=dict(text=f"Round {r}: the speculation cache, fan-out {build.fanout}<br><sup>{verdict} · "
                                       f"{sum(counts.values())}/{len(lookups)} lookups hit over the run</sup>"),
                       xaxis=dict(title="fan-out slot (rank of the guess)"),
@@ -85,9 +85,9 @@ def accepted_lengths(events: Sequence[Event]) -> list[tuple[int, int]]:
 
 
 def fit_acceptance(events: Sequence[Event]) -> float | None:
-    """The maximum-likelihood a_p of the truncated geometric law P(A = k) = a_p^k(1 − a_p), P(A = K) = a_p^K:
-    every accepted token is a success and every round that stopped short of its window a failure, so
-    a_p = Σk / (Σk + #rounds with k < drafted). Windows cut short near the end count at their own length."""
+    """The maximum-likelihood a (``a_p`` in the code) of the truncated geometric law P(A) = a^A·(1 − a),
+    P(A = γ) = a^γ: every accepted token is a success and every round that stopped short of its window a
+    failure, so a = ΣA / (ΣA + #rounds with A < drafted). Windows cut short near the end count at their own length."""
     rounds = accepted_lengths(events)
     successes = sum(k for k, _ in rounds)
     failures = sum(1 for k, drafted in rounds if k < drafted)
@@ -95,8 +95,8 @@ def fit_acceptance(events: Sequence[Event]) -> float | None:
 
 
 def k_histogram(events: Sequence[Event]) -> go.Figure:
-    """Accepted length k per round (§5.9 view 2) with the fitted geometric law a_p^k(1 − a_p), truncated at K
-    (P(A = K) = a_p^K), as expected counts: the acceptance model SSD's fan-out is optimised for."""
+    """Accepted drafts A per round (§5.9 view 2) with the fitted geometric law a^A·(1 − a), truncated at γ
+    (P(A = γ) = a^γ), as expected counts: the acceptance model SSD's fan-out is optimised for."""
     rounds = accepted_lengths(events)
     k_max = lookahead(events) or max((d for _, d in rounds), default=0)
     counts = Counter(k for k, _ in rounds)
@@ -117,7 +117,7 @@ def k_histogram(events: Sequence[Event]) -> go.Figure:
 
 def miss_curve(events: Sequence[Event], max_fanout: int = 64) -> list[tuple[int, float]]:
     """``(F, miss(F))``: the fraction of lookups whose true token ranked ≥ F (or not at all), i.e. what a
-    fan-out of F per k would have missed. Mirror's ranks only exist inside the top-κ, so F stops at κ."""
+    fan-out of F per row A would have missed. Mirror's ranks only exist inside the top-κ, so F stops at κ."""
     ranks = [x.rank for x in _of(events, CacheLookup)]
     if not ranks:
         return []
@@ -127,7 +127,7 @@ def miss_curve(events: Sequence[Event], max_fanout: int = 64) -> list[tuple[int,
 
 
 def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figure:
-    """miss(F) against F on log–log axes (§5.9 view 3) from the logged ranks, with the power law c·F^{−r}
+    """miss(F) against F on log–log axes (§5.9 view 3) from the logged ranks, with the power law β·F^(−r)
     fitted by :func:`engines.programs.verdict.speculation_cache.fit_power_law`: r is what the geometric fan-out needs."""
     curve = miss_curve(events, max_fanout)
     ranks = [x.rank for x in _of(events, CacheLookup)]
@@ -166,12 +166,12 @@ def acceptance_vs_hit(points: Sequence[dict], lookahead: int | None = None, t_ve
     """SAGUARO's trade-off (§5.9 view 4): each run's acceptance against its hit rate, labelled by C and coloured
     by measured tokens/s, over throughput contours of the model
 
-        tokens/s(h, ρ) = (K·ρ + 1) / (max(T_v, T_draftwork) + T_comm + (1 − h)·T_backup)
+        tokens/s(h, α) = (γ·α + 1) / (max(T_v, T_draftwork) + T_comm + (1 − h)·T_backup)
 
-    with ρ = accepted/drafted (so K·ρ + 1 is the expected tokens per round) and the round time of
+    with α = accepted ÷ drafted (so γ·α + 1 is the expected tokens per round) and γ the lookahead and the round time of
     :func:`specviz.theory.ssd_round_time`. Costs in seconds; any left ``None`` is the mean over the points' own
     ``lookahead``, ``verify_ms``, ``backup_ms``, ``message_ms`` and ``draftwork_ms`` (so :func:`tradeoff_point`
-    dicts carry everything). Without K, T_v or T_backup the contours are left out and the title says so."""
+    dicts carry everything). Without γ, T_v or T_backup the contours are left out and the title says so."""
     def mean_of(key: str, scale: float = 1e-3) -> float | None:
         values = [p[key] for p in points if p.get(key) is not None]
         return scale * mean(values) if values else None
@@ -192,11 +192,11 @@ def acceptance_vs_hit(points: Sequence[dict], lookahead: int | None = None, t_ve
         z = [[(k * rho + 1) / ssd_round_time(t_v, t_c, h, t_b, t_d) for h in hs] for rho in rhos]
         fig.add_trace(go.Contour(x=hs, y=rhos, z=z, colorscale="Greys", opacity=0.5, showscale=False,
                                  contours=dict(showlabels=True), name="model tokens/s",
-                                 hovertemplate="h = %{x:.2f}, ρ = %{y:.3f}: %{z:.1f} tok/s<extra>model</extra>"))
-        note = (f"contours: (K·ρ + 1)/(max(T_v, T_dw) + T_comm + (1 − h)·T_backup), K = {k}, T_v = {1e3 * t_v:.1f} ms, "
+                                 hovertemplate="h = %{x:.2f}, α = %{y:.3f}: %{z:.1f} tok/s<extra>model</extra>"))
+        note = (f"contours: (γ·α + 1)/(max(T_v, T_dw) + T_comm + (1 − h)·T_backup), γ = {k}, T_v = {1e3 * t_v:.1f} ms, "
                 f"T_backup = {1e3 * t_b:.1f} ms, T_dw = {1e3 * t_d:.1f} ms")
     else:
-        note = "no contours: K, T_v or T_backup unknown"
+        note = "no contours: γ, T_v or T_backup unknown"
     fig.add_trace(go.Scatter(x=hits, y=accs, mode="markers+text", text=[f"C = {p['c']}" for p in points],
                              textposition="top center", name="runs",
                              marker=dict(size=13, color=[p.get("tokens_per_s") for p in points], colorscale="Viridis",
@@ -210,9 +210,9 @@ def acceptance_vs_hit(points: Sequence[dict], lookahead: int | None = None, t_ve
 
 
 def fanout_figure(a_p: float, r: float, budget: int, lookahead: int, c: float = 1.0) -> go.Figure:
-    """SSD's fan-out (§5.3, §5.9 view 6): the optimal F_k ∝ P(A = k)^{1/(1+r)} beside the uniform
-    F_k = ⌊B/(K+1)⌋, with P(A = k) on the right axis and each shape's predicted
-    P(hit) = Σ_k P(A = k)(1 − c·F_k^{−r}) in the title. Geometric spends the budget where verdicts land."""
+    """SSD's fan-out (§5.3, §5.9 view 6): the optimal F_A ∝ P(A)^{1/(1+r)} beside the uniform
+    F_A = ⌊F/(γ+1)⌋ (F the budget, γ the lookahead), with P(A) on the right axis and each shape's predicted
+    h = Σ_A P(A)(1 − β·F_A^{−r}) in the title (β: ``c`` here). Geometric spends the budget where verdicts land."""
     geometric = geometric_fanout(lookahead, budget, a_p, r)
     uniform = uniform_fanout(lookahead, budget // (lookahead + 1))
     hit_g, hit_u = predicted_hit_rate(geometric, a_p, r, c), predicted_hit_rate(uniform, a_p, r, c)

@@ -4,7 +4,7 @@
   at several ``total_tokens`` (:func:`specviz.experiments.tree_size_sweep.tree_size_sweep`) and predicted from
   the trees of a single large run (greedy: smaller trees keep the best-scoring nodes, so a round's outcome at
   size m can be read off its large tree).
-* :func:`tree_budget_figure` / :func:`verify_cost_figure` — what the best tree of N nodes should commit and
+* :func:`tree_budget_figure` / :func:`verify_cost_figure` — what the best tree of n nodes should commit and
   what verifying it costs on this machine.
 """
 
@@ -84,14 +84,14 @@ def _size(point: dict) -> float:
     return point["tree_size"] if point["total_tokens"] == "auto" else point["total_tokens"]
 
 
-# --- the analytic side: what the best tree of N nodes is worth ----------------------------------------
+# --- the analytic side: what the best tree of n nodes is worth ----------------------------------------
 class CostCurve(Protocol):
     def cost(self, n: int) -> float: ...
 
 
 def tree_budget_rows(rank_probs: Sequence[float], depth: int, draft_cost: float, curve: CostCurve,
                      max_nodes: int = 60) -> list[dict]:
-    """τ and estimated speedup of the best N-node tree, N = 1 … ``max_nodes`` (:mod:`specviz.theory`)."""
+    """τ and estimated speedup of the best n-node tree, n = 1 … ``max_nodes`` (:mod:`specviz.theory`)."""
     paths = best_tree_paths(rank_probs, depth, max_nodes)
     rows, tau = [], 1.0
     for n, p in enumerate(paths, start=1):
@@ -102,8 +102,8 @@ def tree_budget_rows(rank_probs: Sequence[float], depth: int, draft_cost: float,
 
 def tree_budget_figure(rank_probs: Sequence[float], depth: int, draft_cost: float, curve: CostCurve,
                        nodes: int | None = None, max_nodes: int = 60) -> go.Figure:
-    """τ (left) and estimated speedup (right) of the best N-node tree against N, beside the chain of the
-    same depth (top-1 only): τ keeps growing with N, the speedup peaks where verifying one more node
+    """τ (left) and estimated speedup (right) of the best n-node tree against n, beside the chain of the
+    same depth (top-1 only): τ keeps growing with n, the speedup peaks where verifying one more node
     costs more than the token it is expected to add."""
     rows = tree_budget_rows(rank_probs, depth, draft_cost, curve, max_nodes)
     chain_tau = expected_tree_tokens(rank_probs[:1], depth)
@@ -123,7 +123,7 @@ def tree_budget_figure(rank_probs: Sequence[float], depth: int, draft_cost: floa
         if chosen:
             fig.add_trace(go.Scatter(x=[nodes], y=[chosen[key]], mode="markers", marker=dict(size=13, color="#c62828"),
                                      name=f"your n = {nodes}", legendgroup="chosen", showlegend=col == 1,
-                                     hovertemplate="N = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
+                                     hovertemplate="n = %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
     if rows:
         best = max(rows, key=lambda r: r["speedup"])
         fig.add_vline(x=best["nodes"], line=dict(color="#1565c0", dash="dash"), row=1, col=2,

@@ -30,8 +30,8 @@ from .verdict_metrics import (
 KIND_COLOURS = {"prefill": "#1565c0", "prefix": "#78909c", "suffix": "#37474f", "verify": "#455a64",
                 "wait": "#e0e0e0", "glue": "#8d6e63", "rollout": "#2e7d32", "backup:initial": "#9e9e9e",
                 "backup:jit": "#c62828", "backup:fast": "#ef6c00", "backup:fallback": "#c62828"}
-KIND_LABELS = {"prefill": "prefill (target)", "prefix": "prefix: layers 1..l_e + early exit",
-               "suffix": "suffix: layers l_e+1..N + verify", "verify": "verify (whole target)",
+KIND_LABELS = {"prefill": "prefill (target)", "prefix": "prefix: layers 1..ℓ + early exit",
+               "suffix": "suffix: layers ℓ+1..L + verify", "verify": "verify (whole target)",
                "wait": "wait: target idle for the next window", "glue": "glue: draft over the window",
                "rollout": "branch rollout (the cache)", "backup:initial": "first window",
                "backup:jit": "backup: JIT draft (miss)", "backup:fast": "backup: fast lookup (miss)",

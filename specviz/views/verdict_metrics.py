@@ -102,7 +102,7 @@ def run_lanes(events: Sequence[Event]) -> tuple[str | None, str | None]:
 
 
 def lookahead(events: Sequence[Event]) -> int | None:
-    """γ (Mirror) or K (SSD): the configured window, else the longest window a round drafted."""
+    """γ (Mirror; SSD's lookahead): the configured window, else the longest window a round drafted."""
     config = run_config(events)
     for key in ("gamma", "lookahead"):
         if key in config:
@@ -250,7 +250,7 @@ def waits_after_lookup(events: Sequence[Event]) -> dict[str, list[float]]:
 def verdict_metrics(events: Sequence[Event]) -> dict:
     """One run's numbers, with the latency law at the measured costs beside the measured throughput.
 
-    * ``tau``: tokens committed per verification round; ``acceptance``: accepted/drafted (the paper's ρ = E[A]/γ);
+    * ``tau``: tokens committed per verification round; ``acceptance``: accepted/drafted (α = E[A]/γ; the SSD paper's ρ);
       ``hit_rate``: cache lookups that hit; ``fallback_rate = 1 − hit_rate``.
     * ``hidden_draft_ms`` / ``exposed_draft_ms``: mean per round of :func:`draft_time_split` (they sum to the
       draft work). ``wait_ms``: the target's mean "wait" span, which is the exposed draft time plus message
@@ -350,7 +350,7 @@ def _law(m: dict) -> dict | None:
         t_comm = hop("verdict") + hop("window")
         step = ssd_round_time(ms("verify_ms"), t_comm, 1 - miss, ms("backup_ms"), ms("draftwork_ms"))
         serial = ms("verify_ms") + ms("draftwork_ms") + t_comm + miss * ms("backup_ms")
-        formula = "max(T_v, T_glue + T_rollout) + T_comm + (1 − P(hit))·T_backup"
+        formula = "max(T_v, T_glue + T_rollout) + T_comm + (1 − h)·T_backup"
     else:
         return None
     if m.get("mode") == "serial":  # nothing overlaps in serial mode: its law is the no-overlap sum

@@ -1,6 +1,6 @@
 """ipywidgets explorables that run the real engine on a button: :func:`live_run_explorer` (method, γ, draft depth,
 budget, temperature → a real run, streamed into a coloured token stream with its statistics and the speedup
-over ``ar``) and :func:`cats_run_explorer` (CATS's layers, γ̄, acceptance, the memory budget and the flash
+over ``ar``) and :func:`cats_run_explorer` (CATS's layers, γ, acceptance, the memory budget and the flash
 bandwidth → a real ``cats`` run beside ``ar`` under the same budget, with one cycle's Gantt and the confusion
 matrix). The formula explorers (sliders only) are :mod:`specviz.widgets.theory_explorers`.
 """

@@ -8,11 +8,11 @@ the real engine are :mod:`specviz.widgets.run_explorers`:
   (a) and cheap (c).
 * :func:`tree_theory_explorer` — depth, candidates per level, draft cost and node budget → what a
   draft tree should commit and what verifying it costs on this machine's verify-cost curve.
-* :func:`cats_theory_explorer` — flash bandwidth, τ, γ̄ and L_SV → CATS's bytes per token and its
+* :func:`cats_theory_explorer` — flash bandwidth, τ, γ and ℓ_SV → CATS's bytes per token and its
   §7.6 time model against autoregressive decoding under the same memory budget.
-* :func:`fanout_explorer` — a_p, r, cache budget B and lookahead K → SSD's optimal fan-out F_k beside the
+* :func:`fanout_explorer` — a, r, cache budget F and lookahead γ → SSD's optimal fan-out F_A beside the
   uniform one, with the predicted hit rate of each.
-* :func:`message_size_explorer` — A, M, TLI, E_kv, E and bytes per value → MoA's, EAGLE's and an independent
+* :func:`message_size_explorer` — τ, n, TLI, E_kv, E (MoA's own letters: one layer's key width, the hidden size) and bytes per value → MoA's, EAGLE's and an independent
   draft's messages per cycle (the MoA paper's Table 7) and the TLI from which MoA sends more than EAGLE.
 
 Figures are re-drawn into an ``Output`` widget rather than updated in a ``FigureWidget``, because
@@ -110,7 +110,7 @@ def slider_explorer(sliders: dict, render, width: str = "380px") -> W.VBox:
 # --- draft trees ----------------------------------------------------------------------------------
 def tree_theory_readout(coverage: dict[int, float], depth: int, topk: int, draft_cost: float, nodes: int,
                         curve) -> str:
-    """Chain, full tree and best N-node tree side by side: τ, nodes verified and the speedup estimate."""
+    """Chain, full tree and best n-node tree side by side: τ, nodes verified and the speedup estimate."""
     probs = rank_probabilities(coverage, topk)
     a1, ak = probs[0], sum(probs)
     shapes = [("chain (top-1 only)", expected_tree_tokens(probs[:1], depth), depth),
@@ -151,8 +151,8 @@ def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk
 def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0, tau: float = 1.6, gamma: int = 5,
                          sv_layer: int = 15, dm_layer: int = 3, layer_seconds: float = 0.0012,
                          head_seconds: float = 0.002) -> W.VBox:
-    """Sliders BW, τ, γ̄ and L_SV → BPT and the §7.6 time model (:func:`specviz.views.cats_costs.layer_time_model`):
-    layers 1..L_SV resident, the rest (``layer_bytes``, one entry per decoder layer) streamed once per deep
+    """Sliders B (flash bandwidth), τ, γ and ℓ_SV → BPT and the §7.6 time model (:func:`specviz.views.cats_costs.layer_time_model`):
+    layers 1..ℓ_SV resident, the rest (``layer_bytes``, one entry per decoder layer) streamed once per deep
     pass; ``layer_seconds`` / ``head_seconds`` are the compute of one layer per forward and of one adapter or
     LM head call."""
     n = len(layer_bytes)
@@ -165,7 +165,7 @@ def cats_theory_explorer(layer_bytes: Sequence[int], flash_mb_s: float = 1000.0,
     )
 
     def render(values: dict):
-        if values["tau"] > values["gamma"] + 1:  # a cycle commits at most γ̄ + 1 tokens
+        if values["tau"] > values["gamma"] + 1:  # a cycle commits at most γ + 1 tokens
             sliders["tau"].value = values["tau"] = float(values["gamma"] + 1)
         model = layer_time_model(layer_bytes, values["sv_layer"], values["tau"], values["gamma"], dm_layer,
                                  layer_seconds, head_seconds)
@@ -187,8 +187,8 @@ def fanout_readout(a_p: float, r: float, budget: int, lookahead: int) -> str:
 
 
 def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahead: int = 7) -> W.VBox:
-    """Sliders a_p, r, B and K → SSD's optimal fan-out beside the uniform one (§5.9 view 6,
-    :func:`specviz.views.ssd.fanout_figure`): the better the draft (a_p), the more of the budget goes to
+    """Sliders a (``a_p``), r, F (``budget``) and γ (``lookahead``) → SSD's optimal fan-out beside the uniform one (§5.9 view 6,
+    :func:`specviz.views.ssd.fanout_figure`): the better the draft (a), the more of the budget goes to
     deep verdicts; the flatter the miss curve (small r), the more evenly it spreads."""
     from ..views.ssd import fanout_figure
 
@@ -203,9 +203,10 @@ def fanout_explorer(a_p: float = 0.6, r: float = 0.5, budget: int = 24, lookahea
 
 # --- PPSD (paper 003) -------------------------------------------------------------------------------
 def ppsd_formula_explorer(alpha: float = 0.6, exit_layer: int = 15, gamma: int = 5, n_layers: int = 30) -> W.VBox:
-    """Sliders a (per-token acceptance probability, the paper's α), E and γ → PPSD's ρ* (Eq. 6), EESD's ρ
-    (Eq. 4) and their ratio λ (Eq. 7), with both curves against a (:func:`specviz.views.ppsd_theory.formula_figure`):
-    how a rejection's cost (a whole pipeline of S = ⌈N/E⌉ ticks) sets PPSD's speedup, and why EESD's long
+    """Sliders a (per-token acceptance probability, the paper's α), ℓ and γ → PPSD's S_PPSD (Eq. 6), EESD's
+    S_EESD (Eq. 4) and their ratio (Eq. 7), with both curves against a
+    (:func:`specviz.views.ppsd_theory.formula_figure`): how a rejection's cost (a whole pipeline of P = ⌈L/ℓ⌉
+    ticks) sets PPSD's speedup, and why EESD's long
     drafts do not pay."""
     from ..views.ppsd_theory import formula_figure, formula_readout
 
@@ -242,7 +243,7 @@ def message_size_readout(accepted: int, nodes: int, tli: int, kv_width: int, hid
 
 def message_size_explorer(accepted: int = 4, nodes: int = 16, tli: int = 0, kv_width: int = 192, hidden: int = 576,
                           bytes_per_value: float = 1, measured=None) -> W.VBox:
-    """Sliders A, M, TLI, E_kv, E and the bytes per value → Table 7's message sizes for MoA, EAGLE and an
+    """Sliders τ, n, TLI, E_kv, E and the bytes per value → Table 7's message sizes for MoA, EAGLE and an
     independent draft (:func:`specviz.views.moa_messages.message_size_figure`) and a one-line readout. ``measured``:
     runs (label → events) whose mean messages are drawn over the bars (for this model's E and E_kv)."""
     from ..views.moa_messages import message_size_figure
