@@ -26,7 +26,7 @@ class Symbol:
 SYMBOLS: dict[str, Symbol] = {s.symbol: s for s in [
     # --- every notebook ---------------------------------------------------------------------------------
     Symbol("α", "acceptance rate: accepted ÷ drafted tokens, pooled over a run", "Stats.acceptance_rate"),
-    Symbol("αᵢ", "per-position acceptance: accepted ÷ judged at draft position i",
+    Symbol("αᵢ", "acceptance at draft position i: accepted ÷ rounds whose draft the target judged at i",
            "Stats.acceptance_by_position"),
     Symbol("τ", "tokens committed per round, the bonus or correction included (ar: 1)",
            "Stats.mean_accepted_length"),
@@ -38,7 +38,8 @@ SYMBOLS: dict[str, Symbol] = {s.symbol: s for s in [
     Symbol("q", "the draft's next-token distribution"),
     Symbol("T", "sampling temperature (T = 0: greedy)", "temperature"),
     Symbol("x", "a token; x* the token the target commits after the accepted drafts"),
-    Symbol("a", "per-token acceptance probability in the i.i.d. model of Leviathan et al."),
+    Symbol("a", "per-token acceptance probability in the i.i.d. model of Leviathan et al.; a run estimates it as "
+                "accepted ÷ judged positions (the per-position acceptance)", "Stats.per_token_acceptance"),
     Symbol("A", "drafts accepted in one round (0 … γ)"),
     Symbol("Tₓ", "T with a subscript is the time of one part of a round (T_v verification, T_gen drafting), never a "
                  "temperature"),

@@ -103,7 +103,7 @@ def pipeline_table(methods: dict) -> list[str]:
              "wait from one stage's end to the next one's start on the same tick. Per-position acceptance a: "
              "accepted ÷ drafts the last stage judged. Eq. 6 is 1 / (tick·(a + (1 − a)P)) with tick = slowest "
              "stage + message.", "",
-             "| method | clock | P | per-position acceptance αᵢ | ticks/token | tick ms | stage ms | idle | message ms | "
+             "| method | clock | P | per-position acceptance (estimates a) | ticks/token | tick ms | stage ms | idle | message ms | "
              "bytes/token | tokens/s | Eq. 6 tokens/s | of Eq. 6 |", "|---" * 13 + "|"]
     for label, p in rows.items():
         o = methods[label]["overall"]

@@ -144,7 +144,7 @@ class PipelineTally:
             self.stage_seconds[lane].append(seconds)
 
     def summary(self, tokens_per_s: float) -> dict:
-        """Eq. 6 at the pooled per-position acceptance (``position_acceptance``, αᵢ: accepted ÷ drafts the last stage judged, the
+        """Eq. 6 at the pooled per-position acceptance (``position_acceptance``, the estimate of a: accepted ÷ drafts the last stage judged, the
         per-token acceptance probability the formula takes) with one tick = the slowest stage's median
         compute + the message time."""
         from statistics import median
@@ -161,7 +161,7 @@ class PipelineTally:
 
 
 def position_acceptance(pipeline: dict) -> float | None:
-    """A pipeline summary's per-position acceptance αᵢ. Runs recorded before the key was renamed stored it as
+    """A pipeline summary's per-position acceptance (estimates a). Runs recorded before the key was renamed stored it as
     ``alpha`` (the letter the notation keeps for accepted ÷ drafted); their JSON under data/bench/ is read as is."""
     return pipeline.get("position_acceptance", pipeline.get("alpha"))
 

@@ -31,7 +31,7 @@ def small_tree_tau(answer: float | None, coverage: Mapping[int, float]) -> bool 
 
 def tau_from_position_acceptance(answer: float | None, acceptance_by_position: Sequence[float],
                                  measured_tau: float) -> bool | None:
-    """Exercise 2: τ predicted from a run's per-position acceptance αᵢ (a round passes depth i only if it
+    """Exercise 2: τ predicted from a run's acceptance by draft position αᵢ (a round passes depth i only if it
     passed every depth before it)."""
     reach, expected = 1.0, 1.0
     for alpha_i in acceptance_by_position:

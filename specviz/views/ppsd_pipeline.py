@@ -53,7 +53,7 @@ def pipeline_metrics(events: Iterable[Event]) -> dict:
     ``tick_seconds``: decode time ÷ ticks; ``stage_seconds``: median compute per stage; ``idle``: each
     lane's idle fraction of the decode span; ``message_seconds``: median wait from a stage finishing to the
     next one starting on the same tick, when that one was ready (transfer and wake-up);
-    ``message_bytes_per_token``; ``position_acceptance``: the per-position acceptance αᵢ, accepted ÷ judged drafts (the
+    ``message_bytes_per_token``; ``position_acceptance``: the per-position acceptance (estimates a), accepted ÷ judged drafts (the
     per-token acceptance probability a that Eq. 6 takes); ``eq6_tokens_per_s``: Eq. 6 at that a with one
     tick = the slowest stage's median compute plus the message time (``None`` for a serial run, whose
     stages never overlap).

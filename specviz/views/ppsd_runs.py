@@ -209,7 +209,7 @@ def baseline_for(events: Sequence[Event], runs: Mapping[str, Sequence[Event]]) -
 
 
 def measured_point(events: Sequence[Event], baseline: Sequence[Event] | None = None, label: str | None = None) -> dict:
-    """One finished run as a point for the formula figures: its method, exit layer, head, ``position_acceptance`` (αᵢ, the
+    """One finished run as a point for the formula figures: its method, exit layer, head, ``position_acceptance`` (the per-position acceptance, estimating a; the
     per-position acceptance, accepted ÷ draft positions the target judged: the formulas' a), tokens/s,
     speedup over ``baseline`` (an ``ar`` run of the same prompt; None without one, or if the two clocks
     cannot be compared: see :func:`comparable`) and clock."""

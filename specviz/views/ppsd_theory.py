@@ -41,7 +41,7 @@ def exit_colour(exit_layer: int, exits: Sequence[int] = SHIPPED_EXITS) -> str:
 def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequence[dict] | None = None,
                            exits: Sequence[int] = SHIPPED_EXITS) -> go.Figure:
     """S_PPSD(a, ℓ) of Eq. 6 (left) against EESD's S_EESD(a, γ, ℓ) of Eq. 4 (right), one line per exit layer ℓ,
-    on one y scale. ``measured``: dicts with ``position_acceptance`` (αᵢ), ``exit_layer``, ``speedup``,
+    on one y scale. ``measured``: dicts with ``position_acceptance`` (the per-position acceptance, estimating a), ``exit_layer``, ``speedup``,
     ``label``, ``clock`` (and ``method``: ``eesd`` points go on the right, the rest on the left);
     virtual-clock points are open markers labelled clock=virtual."""
     alphas = _alphas()
@@ -161,7 +161,7 @@ def speedup_vs_exit_figure(points: Sequence[dict], n_layers: int | None = None) 
 
 
 def _position_acceptance(overall: dict) -> float | None:
-    """αᵢ of a recorded row: its pipeline summary's (``alpha`` in runs recorded before the rename), else α."""
+    """The per-position acceptance (estimating a) of a recorded row: its pipeline summary's (``alpha`` in runs recorded before the rename), else α."""
     from ..bench.tallies import position_acceptance
 
     pipeline = overall.get("pipeline") or {}
@@ -173,7 +173,7 @@ def exit_points_from_bench(results: dict) -> list[dict]:
     """Points for :func:`speedup_vs_exit_figure` from a recorded ``specviz bench`` run with ppsd rows (e.g.
     ``data/bench/bf16/ppsd-exits/results.json``): each row's exit layer and head from its label, its overall
     speedup (virtual rows against ``ar(threads=1)``, as the benchmark computes them), ``position_acceptance``
-    (αᵢ) and clock. αᵢ is the pipeline summary's, or, in runs recorded without one, the row's α, accepted ÷
+    and clock. It is the pipeline summary's, or, in runs recorded without one, the row's α, accepted ÷
     drafted, which for ``ppsd`` is the same number (every judged draft is a round of one drafted token)."""
     from ..bench.method_specs import parse_method
 
