@@ -11,24 +11,33 @@ from ..experiments.scoreboard import TERMS, Scoreboard
 from .checks import UNANSWERED
 
 
+def check_costliest(answer: str | None, gains: dict[str, float], measured: float, *, explanation: str = "",
+                    hint: str = "") -> bool | None:
+    """Is ``answer`` the term whose ideal gains most? ``gains``: term → the speedup with that term at its
+    ideal (the others as measured); ``measured``: the run's speedup."""
+    terms = tuple(gains)
+    if answer is None:
+        print(f"{UNANSWERED} Choose one of: {', '.join(terms)}.")
+        return None
+    if answer not in gains:
+        print(f"✗ {answer!r} is not one of the terms: {', '.join(terms)}.")
+        return False
+    worst = max(terms, key=gains.__getitem__)
+    if answer == worst:
+        print(f"✓ Correct: with {answer} at its ideal this run would reach {gains[answer]:.2f}× "
+              f"(measured {measured:.2f}×). {explanation}".rstrip())
+        return True
+    print(f"✗ Not quite: with {answer} at its ideal the run would reach only {gains[answer]:.2f}× "
+          f"(measured {measured:.2f}×). Another term costs more: {hint}".rstrip())
+    return False
+
+
 def diagnose_speedup(answer: str | None, board: Scoreboard, among: tuple[str, ...] = TERMS) -> bool | None:
     """``answer``: one of ``among`` (by default every term: acceptance, drafting, verification, overhead;
     ``COST_TERMS`` leaves acceptance out and asks what the round spent)."""
-    if answer is None:
-        print(f"{UNANSWERED} Choose one of: {', '.join(among)}.")
-        return None
-    if answer not in among:
-        print(f"✗ {answer!r} is not one of the terms: {', '.join(among)}.")
-        return False
-    gains = board.counterfactuals()
-    worst = board.costliest_term(among)
-    if worst is None:
+    if board.costliest_term(among) is None:
         raise ValueError(f"board: {board.label}'s run recorded no round terms to diagnose; use a method whose "
                          "target lane records spans, or a method-specific diagnosis")
-    if answer == worst:
-        print(f"✓ Correct: with {answer} at its ideal this run would reach {gains[answer]:.2f}× "
-              f"(measured {board.speedup:.2f}×). {board.why()}")
-        return True
-    print(f"✗ Not quite: with {answer} at its ideal the run would reach only {gains[answer]:.2f}× "
-          f"(measured {board.speedup:.2f}×). Another term costs more: compare the round's terms in `ar` steps.")
-    return False
+    gains = board.counterfactuals()
+    return check_costliest(answer, {term: gains[term] for term in among}, board.speedup, explanation=board.why(),
+                           hint="compare the round's terms in `ar` steps.")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..theory import ppsd_speedup, ppsd_tokens_per_s
-from .checks import UNANSWERED, check_number
+from .checks import check_number
+from .diagnosis import check_costliest
 from .engine_change import EngineExercise, register
 
 PIPELINE_TERMS = ("acceptance", "tick")
@@ -74,12 +75,9 @@ def diagnose_pipeline(answer: str | None, lanes: Mapping, ar_tokens_per_s: float
                       n_layers: int) -> bool | None:
     """"Which cost the pipeline more?": the rejections (``acceptance``) or a tick longer than its layers'
     share of an ``ar`` step (``tick``), measured from the lanes run's stage ticks."""
-    if answer is None:
-        print(f"{UNANSWERED} Choose one of: {', '.join(PIPELINE_TERMS)}.")
-        return None
-    if answer not in PIPELINE_TERMS:
-        print(f"✗ {answer!r} is not one of: {', '.join(PIPELINE_TERMS)}.")
-        return False
+    gains = pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)
+    return check_costliest(answer, {term: gains[term] for term in PIPELINE_TERMS}, lanes["tokens_per_s"] / ar_tokens_per_s,
+                           hint="compare ticks per token with 1, and the tick with its layers' share of ar's step.")
     gains = pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)
     measured = lanes["tokens_per_s"] / ar_tokens_per_s
     worst = max(PIPELINE_TERMS, key=gains.__getitem__)
