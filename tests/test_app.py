@@ -22,6 +22,7 @@ from engines.drafters.registry import MODEL_FREE, SPS
 from engines.drafters.trained import available, drafters_for, exit_head_name
 from specviz.prompts import load_prompts
 from specviz.views import rounds
+from specviz.views.suffix_match import suffix_matches
 
 APP = Path(__file__).resolve().parents[1] / "app"
 
@@ -81,7 +82,8 @@ def check_run(at: AppTest, method: str, max_new_tokens: int) -> dict:
     views = [v for v in rounds.round_views(run["events"]) if v.round > 0]
     refusal = next((v for v in views if v.round == at.select_slider(key=f"replay:{run['id']}").value), None) \
         if len(views) > 1 else None
-    expected = (3 if method == "ar" else 4) + int(bool(refusal and refusal.rejection))
+    suffix = bool(suffix_matches(run["events"]))  # + what the suffix drafter matched, when one drafted
+    expected = (3 if method == "ar" else 4) + int(bool(refusal and refusal.rejection)) + int(suffix)
     assert len(at.get("plotly_chart")) == expected
     return values
 
@@ -133,6 +135,17 @@ def test_sps_streams_text_and_metrics():
     at = generate(at, "sps", gamma=2)  # same prompt and settings: the ar baseline is reused
     check_run(at, "sps", 16)
     assert at.session_state["last_run"]["ar_source"] == "cached in this session"
+
+
+def test_a_suffix_run_shows_what_the_suffix_drafter_matched():
+    at = new_app()
+    at.selectbox(key="method").set_value("sps").run()
+    at.selectbox(key="opt:sps:draft").set_value("suffix").run()
+    at = generate(at, "sps", gamma=3)
+    check_run(at, "sps", 16)
+    assert at.session_state["last_run"]["options"]["draft"] == "suffix"
+    assert any(h.value == "What the suffix drafter matched" for h in at.subheader)
+    assert any("drafted tokens kept" in c.value for c in at.caption)
 
 
 def test_pld_example_prompt_with_gamma_sweep_then_ar():

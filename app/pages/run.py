@@ -44,6 +44,7 @@ from specviz.views.chain import (
     speedup_vs_gamma,
     token_stream_figure,
 )
+from specviz.views.suffix_match import match_summary, suffix_match_figure, suffix_matches
 from specviz.views.tokens import legend_html, token_stream_html
 
 # pld is the default: without trained drafters it is the method that visibly speeds this model up
@@ -234,6 +235,19 @@ def show_sweep(run: dict) -> None:
                    f"per-position acceptance a = {sweep['a']:.2f} · c = {sweep['cost_ratio']:.2f}")
 
 
+def show_suffix_matches(run: dict) -> None:
+    """What the model-free suffix drafter copied, and from where (sps(draft=suffix), eagle(merge_suffix=true))."""
+    rows = suffix_matches(run["events"])
+    if not rows:
+        return
+    st.subheader("What the suffix drafter matched")
+    summary = match_summary(rows)
+    st.caption(" · ".join(f"{origin}: {s['accepted']} of {s['drafted']} drafted tokens kept"
+                          + (f", matched on {s['mean_length']:.1f} tokens on average" if s["mean_length"] else "")
+                          for origin, s in summary.items() if s["drafted"]))
+    st.plotly_chart(suffix_match_figure(run["events"]), key=f"suffix:{run['id']}")
+
+
 def show_rounds(run: dict) -> None:
     """Draft → verify round by round, replayable, with the target's p against the draft's q at the chosen
     round's refusal, and where each round's time went."""
@@ -298,3 +312,4 @@ else:
             st.plotly_chart(draft_depth_acceptance_figure({label: run["events"]}))
     with sweep_column:
         show_sweep(run)
+    show_suffix_matches(run)
