@@ -146,12 +146,13 @@ def corpus_command(args) -> int:
 
     chunks, modes = parse_chunks(args.chunks), parse_modes(args.modes)
     out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "v2"
-    topics = seed_topics(load_seeds())
+    seeds = load_seeds()
+    topics, translations = seed_topics(seeds), seeds["translation"]["sources"]
     engine = Engine.load(dtype=args.dtype, device=args.device)
     for k in chunks:
         began = time.perf_counter()
         path = build_chunk(engine, out, k, args.prompts_per_chunk, modes, topics, args.seed, args.batch_size,
-                           args.max_new_tokens, check=check_no_overlap)
+                           args.max_new_tokens, check=check_no_overlap, translations=translations)
         print(f"chunk {k}: {path} ({time.perf_counter() - began:.0f} s)", flush=True)
     print(json.dumps(summary(out), indent=1))
     return 0

@@ -12,12 +12,16 @@ from engines.training.prompt_synthesis import CATEGORIES, compose, plan
 from specviz.cli import parse_chunks
 
 TOPICS = ["volcanoes", "the water cycle", "a rainy market"]
+SOURCES = {"French": ["Il pleut sur la ville depuis ce matin."], "German": ["Morgen fahre ich mit dem Rad."]}
 
 
 def test_a_prompt_is_planned_from_its_seed_and_index_alone():
-    assert plan(7, TOPICS, seed=1) == plan(7, TOPICS, seed=1)
-    assert [plan(i, TOPICS, 0).category for i in range(6)] == list(CATEGORIES)
-    assert len({plan(i, TOPICS, 0).topic for i in range(60)}) > len(TOPICS)  # angles multiply the topics
+    assert plan(7, TOPICS, seed=1, translations=SOURCES) == plan(7, TOPICS, seed=1, translations=SOURCES)
+    assert [plan(i, TOPICS, 0, SOURCES).category for i in range(6)] == list(CATEGORIES)
+    assert plan(1, TOPICS, 0, SOURCES).write in [t for texts in SOURCES.values() for t in texts]
+    with pytest.raises(ValueError, match="translations"):
+        plan(1, TOPICS, 0)  # a translation prompt needs source texts
+    assert len({plan(i, TOPICS, 0, SOURCES).topic for i in range(60)}) > len(TOPICS)  # angles multiply the topics
     with pytest.raises(ValueError, match="topics"):
         plan(0, [], 0)
 
@@ -31,10 +35,11 @@ def test_a_prompt_is_planned_from_its_seed_and_index_alone():
     ("rag", "Volcanoes form at plate edges.", False),
     ("summarization", "A new study of volcanoes found that eruptions can be predicted days ahead.", True),
     ("translation", "", False),
+    ("summarization", "the the the the the the the the the the the the", False),  # looping on itself
 ])
 def test_the_targets_text_becomes_a_prompt_or_is_skipped(category, written, usable):
     index = CATEGORIES.index(category)
-    prompt = compose(plan(index, TOPICS, 0), written)
+    prompt = compose(plan(index, TOPICS, 0, SOURCES), written)
     assert (prompt is not None) == usable
     if usable:
         assert prompt["category"] == category and all(turn.strip() for turn in prompt["turns"])

@@ -60,7 +60,9 @@ def read_corpus(path: str | Path) -> list[dict]:
 
 
 def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, mode: Mode, seed: int,
-                    eos_id: int) -> list[list[int]]:
+                    eos_id: int, top_p: float = 1.0) -> list[list[int]]:
+    """``top_p`` below 1 only for the prompts the target writes (prompt_synthesis.py); answers sample the full
+    distribution, as the sampling runs the drafters serve do."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), eos_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -68,7 +70,7 @@ def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, mode: 
         ids[row, width - len(prompt):] = torch.tensor(prompt)
         mask[row, width - len(prompt):] = 1
     torch.manual_seed(seed)
-    sampling = dict(do_sample=True, temperature=mode.temperature, top_p=1.0, top_k=0) if mode.name == "sample" \
+    sampling = dict(do_sample=True, temperature=mode.temperature, top_p=top_p, top_k=0) if mode.name == "sample" \
         else dict(do_sample=False)
     with torch.inference_mode():
         out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,

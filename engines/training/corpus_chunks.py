@@ -45,7 +45,8 @@ def finished_chunks(folder: Path) -> list[Path]:
 
 def build_chunk(engine, folder: Path, k: int, prompts_per_chunk: int, modes: list[Mode], topics: list[str],
                 seed: int = 0, batch_size: int = 64, max_new_tokens: int = 160,
-                check: Callable[[list[dict]], None] | None = None, progress: bool = True) -> Path:
+                check: Callable[[list[dict]], None] | None = None, progress: bool = True,
+                translations: dict[str, list[str]] | None = None) -> Path:
     """Make chunk ``k`` unless it is finished; ``check`` vets the prompts (e.g. no evaluation prompt)."""
     if prompts_per_chunk < 1 or k < 0:
         raise ValueError(f"prompts_per_chunk must be >= 1 and k >= 0, got {prompts_per_chunk} and {k}")
@@ -58,7 +59,7 @@ def build_chunk(engine, folder: Path, k: int, prompts_per_chunk: int, modes: lis
         prompts = read_jsonl_gz(prompts_file)
     else:
         indices = range(k * prompts_per_chunk, (k + 1) * prompts_per_chunk)
-        prompts = synthesize(engine, indices, topics, seed, batch_size)
+        prompts = synthesize(engine, indices, topics, seed, batch_size, translations)
         if check is not None:
             check(prompts)
         _write_gz(prompts_file, (json.dumps(p) for p in prompts))

@@ -3,9 +3,10 @@
 The hand-written seeds (data/distill/seeds.json) give 960 prompts before they repeat; drafters learn from
 the target's answers, and ten times the answers need ten times the questions. Here the target writes the
 material: a question about a topic, a short article to summarise, two passages and a question about them
-(RAG), a few sentences in another language to translate, a word problem, and a follow-up for a second
-turn. Each is sampled at T = 1 from an instruction that names the topic, so the same topic yields a new
-question every time. Topics are the seeds' subjects and scenes; no evaluation prompt (data/prompts.jsonl)
+(RAG), a word problem. A two-turn chat adds a fixed follow-up; translation takes the seeds' source texts.
+Each is sampled from an instruction that names the topic, so the same topic yields new material every time. The material is sampled at T = 0.7 within the top 0.9 of the probability: at T = 1 over
+the whole vocabulary a 135M model writes word salad, and a drafter learns nothing useful from the target's
+answers to word salad. Topics are the seeds' subjects and scenes; no evaluation prompt (data/prompts.jsonl)
 is used, and :func:`specviz.distill_prompts.check_no_overlap` rejects any accidental copy.
 
 Everything is deterministic for a (seed, index): prompt ``i`` draws its category, topic and phrasing from
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 CATEGORIES = ("multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag")
-LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
+# Translation prompts take their source text from the hand-written seeds (data/distill/seeds.json): a 135M
+# model writes no usable French, German or Spanish of its own, so its "sources" would be word salad.
 
 WRITE = {
     "qa": ("Write one question a curious person might ask about {topic}. Reply with the question only.",),
@@ -30,7 +32,6 @@ WRITE = {
                    "question only.",),
     "summarization": ("Write a short news article (about 100 words) about {topic}.",
                       "Write a short explanatory article (about 100 words) about {topic}."),
-    "translation": ("Write two or three simple sentences in {language} about {topic}. Reply in {language} only.",),
     "math_reasoning": ("Write a short math word problem about {topic} that uses whole numbers. Reply with the "
                        "problem only, without the answer.",),
     "rag": ("Write two short factual paragraphs about {topic}, then one question that the paragraphs answer. "
@@ -66,18 +67,24 @@ class Plan:
     category: str
     topic: str
     language: str
-    write: str  # the instruction the target answers
+    write: str  # the instruction the target answers (translation: the seed source text itself)
     frame: int
     follow_up: str
 
 
-def plan(index: int, topics: list[str], seed: int) -> Plan:
+def plan(index: int, topics: list[str], seed: int, translations: dict[str, list[str]] | None = None) -> Plan:
     if not topics:
         raise ValueError("topics must not be empty")
     rng = random.Random(f"{seed}/{index}")
     category = CATEGORIES[index % len(CATEGORIES)]
-    topic, language = rng.choice(ANGLES).format(t=rng.choice(topics)), rng.choice(LANGUAGES)
-    write = rng.choice(WRITE[category]).format(topic=topic, language=language)
+    topic = rng.choice(ANGLES).format(t=rng.choice(topics))
+    language = rng.choice(sorted(translations)) if translations else ""
+    if category == "translation":
+        if not translations:
+            raise ValueError("translations must name at least one language with source texts")
+        write = rng.choice(translations[language])  # the source itself: nothing for the target to write
+    else:
+        write = rng.choice(WRITE[category]).format(topic=topic)
     return Plan(index, category, topic, language, write, rng.randrange(6), rng.choice(FOLLOW_UPS))
 
 
@@ -100,7 +107,8 @@ def _rag_parts(text: str) -> tuple[list[str], str] | None:
 def compose(p: Plan, written: str) -> dict | None:
     """The Spec-Bench-format prompt from the target's text, or None when the text is unusable (empty, cut)."""
     written = _clean(written)
-    if len(written) < 12:
+    words = written.split()
+    if len(written) < 12 or len(set(words)) < 0.5 * len(words):  # too short, or looping on itself
         return None
     frames = FRAMES.get(p.category, ("{text}",))
     frame = frames[p.frame % len(frames)]
@@ -121,8 +129,11 @@ def compose(p: Plan, written: str) -> dict | None:
     return {"question_id": f"s-{p.index:06d}", "category": p.category, "turns": turns, "topic": p.topic}
 
 
+MATERIAL_TEMPERATURE, MATERIAL_TOP_P = 0.7, 0.9
+
+
 def write_material(engine, plans: list[Plan], seed: int, batch_size: int = 64, max_new_tokens: int = 160) -> list[str]:
-    """The target's sampled text (T = 1) for each plan's instruction, batch by batch."""
+    """The target's sampled text for each plan's instruction, batch by batch."""
     from engines.training.corpus import Mode, _generate_batch
 
     eos_id = min(engine.eos_ids)
@@ -130,18 +141,21 @@ def write_material(engine, plans: list[Plan], seed: int, batch_size: int = 64, m
     for start in range(0, len(plans), batch_size):
         batch = plans[start:start + batch_size]
         ids = [engine.encode([{"role": "user", "content": p.write}]) for p in batch]
-        answers = _generate_batch(engine.model, ids, max_new_tokens, Mode("sample", 1.0),
-                                  seed * 1_000_003 + batch[0].index, eos_id)
+        answers = _generate_batch(engine.model, ids, max_new_tokens, Mode("sample", MATERIAL_TEMPERATURE),
+                                  seed * 1_000_003 + batch[0].index, eos_id, top_p=MATERIAL_TOP_P)
         texts += [engine.detokenize([t for t in a if t != eos_id]) for a in answers]
     return texts
 
 
-def synthesize(engine, indices: range, topics: list[str], seed: int, batch_size: int = 64) -> list[dict]:
+def synthesize(engine, indices: range, topics: list[str], seed: int, batch_size: int = 64,
+               translations: dict[str, list[str]] | None = None) -> list[dict]:
     """Prompts for ``indices`` (those whose material came out unusable are skipped, deterministically)."""
-    plans = [plan(i, topics, seed) for i in indices]
+    plans = [plan(i, topics, seed, translations) for i in indices]
+    written = [p for p in plans if p.category != "translation"]
     with torch.inference_mode():
-        texts = write_material(engine, plans, seed, batch_size)
-    return [prompt for p, text in zip(plans, texts) if (prompt := compose(p, text)) is not None]
+        texts = dict(zip((p.index for p in written), write_material(engine, written, seed, batch_size)))
+    return [prompt for p in plans
+            if (prompt := compose(p, p.write if p.category == "translation" else texts[p.index])) is not None]
 
 
 def seed_topics(seeds: dict) -> list[str]:
