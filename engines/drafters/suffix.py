@@ -177,7 +177,8 @@ class SuffixIndex:
             stored = self.corpus.get(gram) if self.corpus is not None else {}
             if not live and not stored:
                 continue
-            counts = {token: live.get(token, (0,))[0] + stored.get(token, (0,))[0] for token in live.keys() | stored.keys()}
+            counts = {token: live.get(token, (0,))[0] + stored.get(token, (0,))[0]
+                      for token in live.keys() | stored.keys()}
             total = sum(counts.values())
             found = []
             for token, count in counts.items():

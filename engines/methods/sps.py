@@ -2,7 +2,8 @@
 
 The draft is ``suffix`` (model-free: the most frequent continuation in the prompt, the answer so far and
 earlier answers, :mod:`engines.drafters.suffix`), ``self`` — the target's first ``draft_layers`` layers with
-its final norm and head, run as a separate model with its own cache — a trained drafter from ``data/drafts`` (``tiny``, or the
+its final norm and head, run as a separate model with its own cache — a trained drafter from ``data/drafts``
+(``tiny``, or the
 feature-level ``eagle`` head drafting a chain, or the speculative-streaming ``ss`` draft proposing 1 + S tokens
 per forward), or any Hugging Face causal LM (local path, or a hub
 id already in the local cache) that uses exactly the target's tokenizer. Trained drafters propose

@@ -33,6 +33,14 @@ def run_name(path: Path, root: Path) -> str:
     return str(relative.parent if relative.name == "results.json" else relative.with_suffix("")).replace("\\", "/")
 
 
+def run_path(name: str, root: Path = BENCH_DIR) -> Path | None:
+    """The results file of run ``name`` (the inverse of :func:`run_name`), without reading every other run."""
+    for path in (Path(root) / name / "results.json", Path(root) / f"{name}.json"):
+        if path.exists():
+            return path
+    return None
+
+
 def find_runs(root: Path = BENCH_DIR) -> dict[str, Path]:
     """Every recorded bench run under ``root``, by name, sorted by name."""
     runs = {}

@@ -26,7 +26,7 @@ from engines import Engine
 from engines.core.trace import RunStart, StageSpan
 from engines.engine import RunResult
 
-from ..bench.recorded_runs import BENCH_DIR, find_runs, load_results
+from ..bench.recorded_runs import load_results, run_path
 
 THREADS_PER_PROCESS = 1
 THREAD_RULE = ("Thread rule (every timing in notebooks 00–09): one thread per model process. `ar` runs on one "
@@ -79,7 +79,8 @@ class Scoreboard:
 
     @property
     def ideal_tau(self) -> float:
-        return 1.0 + min(self.drafted_per_round, float(self.max_depth)) if self.max_depth else 1.0 + self.drafted_per_round
+        """Every draft accepted: 1 + the draft's length, a tree's depth where it is shallower than its nodes."""
+        return 1.0 + (min(self.drafted_per_round, self.max_depth) if self.max_depth else self.drafted_per_round)
 
     def counterfactuals(self) -> dict[str, float]:
         """The speedup with one term at its ideal, the others as measured (see the module's docstring); empty
@@ -115,9 +116,10 @@ class Scoreboard:
                 f"{self.counterfactuals()[worst]:.2f}×).")
 
 
-def _target_lane(result: RunResult) -> str | None:
-    start = next((e for e in result.events if isinstance(e, RunStart)), None)
-    return (start.lanes or {}).get("target") if start else None
+def _lanes(result: RunResult) -> dict:
+    """Which lane did what in this run (its RunStart, the first event)."""
+    start = result.events[0] if result.events else None
+    return (start.lanes or {}) if isinstance(start, RunStart) else {}
 
 
 def round_terms(result: RunResult, ar_seconds_per_token: float) -> tuple[float, float, float, float] | None:
@@ -127,7 +129,7 @@ def round_terms(result: RunResult, ar_seconds_per_token: float) -> tuple[float, 
     stats = result.stats
     rounds = max(stats.rounds, 1)
     r = stats.decode_seconds / rounds / ar_seconds_per_token
-    lane = _target_lane(result)
+    lane = _lanes(result).get("target")
     spans = [e for e in result.events if isinstance(e, StageSpan) and e.lane == lane]
     if not spans:
         return None
@@ -141,7 +143,7 @@ def round_terms(result: RunResult, ar_seconds_per_token: float) -> tuple[float, 
 
 def recorded_figure(label: str, run: str = RECORDED_RUN) -> Recorded | None:
     """``label``'s overall row in a stored bench run, or None where that run lacks it."""
-    path = find_runs(BENCH_DIR).get(run)
+    path = run_path(run)
     if path is None:
         return None
     results = load_results(path)
@@ -153,11 +155,6 @@ def recorded_figure(label: str, run: str = RECORDED_RUN) -> Recorded | None:
                     machine=setup.get("machine", "?"),
                     setup=(f"{setup.get('n_prompts', '?')} prompts × {setup.get('max_new_tokens', '?')} tokens, "
                            f"{setup.get('dtype', '?')}, {setup.get('threads', '?')} threads"))
-
-
-def _lanes(result: RunResult) -> int:
-    start = next((e for e in result.events if isinstance(e, RunStart)), None)
-    return max(len(set(start.lanes.values())), 1) if start and start.lanes else 1
 
 
 def measure_scoreboard(engine: Engine, prompt, method: str, *, max_new_tokens: int, label: str | None = None,
@@ -181,7 +178,8 @@ def measure_scoreboard(engine: Engine, prompt, method: str, *, max_new_tokens: i
         ar_tokens_per_s=ar.stats.tokens_per_s, speedup=stats.tokens_per_s / ar.stats.tokens_per_s,
         tau=stats.mean_accepted_length, alpha=stats.acceptance_rate,
         drafted_per_round=stats.drafted / max(stats.rounds, 1), max_depth=len(stats.reached_by_position),
-        lanes=_lanes(run), equal_to_ar=(run.token_ids == ar.token_ids) if temperature == 0 else None,
+        lanes=max(len(set(_lanes(run).values())), 1),
+        equal_to_ar=(run.token_ids == ar.token_ids) if temperature == 0 else None,
         round_cost=r, verify=verify, draft=draft, other=other, terms_measured=terms is not None,
         recorded=recorded_figure(recorded_label or label or method, recorded_run))
     return board, run, ar
