@@ -138,7 +138,7 @@ def corpus_command(args) -> int:
     import time
 
     from engines.training.corpus import parse_modes
-    from engines.training.corpus_chunks import build_chunk, summary
+    from engines.training.corpus_chunks import build_chunks, summary
     from engines.training.prompt_synthesis import seed_topics
     from engines.training.recipes import DEFAULT_CORPUS
 
@@ -149,11 +149,15 @@ def corpus_command(args) -> int:
     seeds = load_seeds()
     topics, translations = seed_topics(seeds), seeds["translation"]["sources"]
     engine = Engine.load(dtype=args.dtype, device=args.device)
-    for k in chunks:
+    if args.together < 1:
+        raise ValueError(f"together must be >= 1, got {args.together}")
+    for first in range(0, len(chunks), args.together):
+        group = chunks[first:first + args.together]
         began = time.perf_counter()
-        path = build_chunk(engine, out, k, args.prompts_per_chunk, modes, topics, args.seed, args.batch_size,
-                           args.max_new_tokens, check=check_no_overlap, translations=translations)
-        print(f"chunk {k}: {path} ({time.perf_counter() - began:.0f} s)", flush=True)
+        paths = build_chunks(engine, out, group, args.prompts_per_chunk, modes, topics, args.seed, args.batch_size,
+                             args.max_new_tokens, check=check_no_overlap, translations=translations,
+                             max_batch_tokens=args.max_batch_tokens)
+        print(f"chunks {group}: {[p.name for p in paths]} ({time.perf_counter() - began:.0f} s)", flush=True)
     print(json.dumps(summary(out), indent=1))
     return 0
 
@@ -192,7 +196,10 @@ def train_command(args) -> int:
     previous_precision = torch.get_float32_matmul_precision()
     if args.device == "cuda":  # TF32 matmuls: distillation targets do not need fp32's last bits, and it is ~4× faster
         torch.set_float32_matmul_precision("high")
-    config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps)
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise ValueError(f"max-minutes must be > 0, got {args.max_minutes}")
+    config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps,
+                         args.max_minutes * 60 if args.max_minutes else None)
     bar = tqdm(desc=f"train {args.drafter}", unit="step")
 
     def progress(step, total, losses):
@@ -209,7 +216,8 @@ def train_command(args) -> int:
 
     for name, card in saved:
         acceptance = record_acceptance(engine, name, max_new_tokens=args.acceptance_tokens)
-        print(f"{name}: held-out top-1 agreement {card['heldout_top1_agreement']}, final loss "
+        print(f"{name}: held-out agreement top-1 {card['heldout_top1_agreement']}, top-4 "
+              f"{card['heldout_top4_agreement']}, final loss "
               f"{card['training']['loss_curve'][-1][1]:.3f}; γ=5 greedy α {acceptance['greedy']['alpha']}, "
               f"τ {acceptance['greedy']['tau']}")
     return 0

@@ -133,19 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
     corpus = commands.add_parser("corpus", help="build the chunked distillation corpus: prompts and answers by the "
                                                 "target, one resumable chunk at a time (data/distill/v2)")
     corpus.add_argument("--out", default=None, help="default data/distill/v2 (finished chunks are kept)")
-    corpus.add_argument("--chunks", default="0-9", help="chunk numbers to make: '3', '0-9' or '0,2,5'")
+    corpus.add_argument("--chunks", default="0-14", help="chunk numbers to make: '3', '0-9' or '0,2,5'")
     corpus.add_argument("--prompts-per-chunk", type=int, default=1200)
     corpus.add_argument("--modes", default="greedy,sample@0.7,sample@0.8,sample@0.9,sample@1.0",
                         help="greedy and/or sample@T with T in [0.7, 1.0]")
     corpus.add_argument("--max-new-tokens", type=int, default=160)
     corpus.add_argument("--batch-size", type=int, default=64, help="sequences generated together (CPU 32–64, GPU 512+)")
+    corpus.add_argument("--together", type=int, default=1,
+                        help="chunks made in shared batches (a GPU fills its batches with several chunks' prompts)")
+    corpus.add_argument("--max-batch-tokens", type=int, default=None,
+                        help="cap on rows × (prompt + answer) tokens per batch: bounds the KV cache's memory")
     corpus.add_argument("--seed", type=int, default=0)
     corpus.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
     corpus.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
-    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats", "moa"])
-    train.add_argument("--corpus", default=None, help="default data/distill/corpus.jsonl")
+    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats", "moa", "all"],
+                       help="one family, or all: every shipped drafter on one teacher pass per batch")
+    train.add_argument("--corpus", default=None,
+                       help="corpus files and chunk folders, comma-separated (default data/distill/corpus.jsonl)")
     train.add_argument("--exit-layers", default="4,8,15", help="exit: comma-separated layers")
     train.add_argument("--heads", default="norm,layer", help="exit: norm and/or layer")
     train.add_argument("--tiny-layers", type=int, default=4, help="tiny, ss: layers taken from the target")
@@ -169,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-tokens", type=int, default=2048)
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--max-minutes", type=float, default=None,
+                       help="time budget: the step count is cut to what fits, measured on the first steps")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--acceptance-tokens", type=int, default=48,
                        help="new tokens per prompt when measuring the card's α and τ after training")

@@ -210,3 +210,26 @@ def test_topk_loss_is_kl_to_the_renormalised_top_k():
     q = torch.log_softmax(student, -1)[0, :2]
     assert float(topk_distill_loss(student, teacher, 2)) == pytest.approx(float((p * (p.log() - q)).sum()), rel=1e-6)
     assert float(topk_distill_loss(teacher.clone(), teacher, 4)) == pytest.approx(0.0, abs=1e-6)  # q = p
+
+
+def test_all_families_train_in_one_run_within_a_time_budget(setup, monkeypatch):
+    """``specviz train all``: every family from one teacher pass per batch; a time budget cuts the step count
+    after the probe steps, and every card holds its top-1 and top-4 held-out agreement."""
+    import engines.training.recipes as recipes
+    from engines.training import train as train_module
+
+    engine, corpus, root = setup
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(root / "all"))
+    monkeypatch.setattr(recipes, "ALL_DRAFTERS", (("eagle", {}, None), ("exit", {"exit_layers": (2,),
+                                                                                   "head_kinds": ("norm",)}, 5e-4)))
+    monkeypatch.setattr(train_module, "BUDGET_PROBE", 2)
+    config = TrainConfig(epochs=1000, batch_tokens=256, lr=3e-3, max_seconds=1e-6)
+    saved = train_drafters("all", engine.target, "tiny-test", [corpus, corpus.parent / "missing-folder"], config,
+                           draft_vocab_size=48)
+    assert [name for name, _ in saved] == ["eagle", "exit@2-norm"]
+    for name, card in saved:
+        assert card["training"]["steps"] == 2  # the budget left no step beyond the probe
+        assert card["training"]["lr"] == (5e-4 if name == "exit@2-norm" else 3e-3)
+        assert 0 <= card["heldout_top1_agreement"] <= card["heldout_top4_agreement"] <= 1
+    with pytest.raises(ValueError, match="max_seconds"):
+        TrainConfig(max_seconds=0).validate()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from tqdm.auto import tqdm
@@ -82,24 +82,34 @@ def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, mode: 
 
 
 def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: list[Mode],
-                 max_new_tokens: int = 160, batch_size: int = 16, seed: int = 0, progress: bool = True) -> Path:
-    """Answer every prompt turn in every mode, appending to ``out_path``; existing records are kept."""
+                 max_new_tokens: int = 160, batch_size: int = 16, seed: int = 0, progress: bool = True,
+                 route: Callable[[dict], Path] | None = None, max_batch_tokens: int | None = None) -> Path:
+    """Answer every prompt turn in every mode, appending to ``out_path``; existing records are kept.
+
+    ``route`` sends each prompt's records to a file of its own (its chunk's) instead, so that a GPU can answer
+    several chunks in one batch while each chunk still resumes and finishes alone. ``max_batch_tokens`` caps
+    rows × (prompt + answer) per batch, so a batch of long prompts stays within memory (its KV cache)."""
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     prompts = list(prompts)
-    records = {(r["id"], r["mode"], r["turn"]): r for r in read_corpus(out_path)}
+    target = {p["question_id"]: Path(route(p)) if route else out_path for p in prompts}
+    files = sorted(set(target.values()) | ({out_path} if route is None else set()))
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    records = {(r["id"], r["mode"], r["turn"]): r for path in files for r in read_corpus(path)}
     eos_id = min(engine.eos_ids)
     total = len(modes) * sum(len(p["turns"]) for p in prompts)
     bar = tqdm(total=total, initial=len(records), desc="distill", disable=not progress)
     max_turns = max(len(p["turns"]) for p in prompts)
-    with open(out_path, "a") as sink:
+    sinks = {path: open(path, "a") for path in files}
+    try:
         for mode in modes:
             for turn in range(max_turns):  # a second turn needs the first turn's answer
                 todo = [p for p in prompts if turn < len(p["turns"]) and (p["question_id"], mode.key, turn) not in records]
                 encoded = {p["question_id"]: engine.encode(conversation(engine, p, turn, mode, records)) for p in todo}
                 todo.sort(key=lambda p: len(encoded[p["question_id"]]))  # similar lengths: less padding
-                for start in range(0, len(todo), batch_size):
-                    batch = todo[start:start + batch_size]
+                lengths = [len(encoded[p["question_id"]]) + max_new_tokens for p in todo]
+                for start, stop in length_batches(lengths, batch_size, max_batch_tokens):
+                    batch = todo[start:stop]
                     prompt_ids = [encoded[p["question_id"]] for p in batch]
                     batch_seed = seed + 7919 * turn + start
                     answers = _generate_batch(engine.model, prompt_ids, max_new_tokens, mode, batch_seed, eos_id)
@@ -108,11 +118,31 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
                                   "temperature": mode.temperature, "seed": batch_seed, "prompt_ids": ids,
                                   "answer_ids": answer}
                         records[(p["question_id"], mode.key, turn)] = record
-                        sink.write(json.dumps(record) + "\n")
-                    sink.flush()
+                        sinks[target[p["question_id"]]].write(json.dumps(record) + "\n")
+                    for sink in sinks.values():
+                        sink.flush()
                     bar.update(len(batch))
+    finally:
+        for sink in sinks.values():
+            sink.close()
     bar.close()
     return out_path
+
+
+def length_batches(lengths: list[int], batch_size: int, max_tokens: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive batches of at most ``batch_size`` rows whose rows × longest length stays
+    within ``max_tokens`` (``lengths`` sorted ascending; a row longer than the cap goes alone)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    spans, start = [], 0
+    while start < len(lengths):
+        stop = min(start + batch_size, len(lengths))
+        if max_tokens is not None:
+            while stop - start > 1 and (stop - start) * lengths[stop - 1] > max_tokens:
+                stop -= 1
+        spans.append((start, stop))
+        start = stop
+    return spans
 
 
 def conversation(engine, prompt: dict, turn: int, mode: Mode, records: dict) -> list[dict]:

@@ -46,28 +46,50 @@ def finished_chunks(folder: Path) -> list[Path]:
 def build_chunk(engine, folder: Path, k: int, prompts_per_chunk: int, modes: list[Mode], topics: list[str],
                 seed: int = 0, batch_size: int = 64, max_new_tokens: int = 160,
                 check: Callable[[list[dict]], None] | None = None, progress: bool = True,
-                translations: dict[str, list[str]] | None = None) -> Path:
+                translations: dict[str, list[str]] | None = None, max_batch_tokens: int | None = None) -> Path:
     """Make chunk ``k`` unless it is finished; ``check`` vets the prompts (e.g. no evaluation prompt)."""
-    if prompts_per_chunk < 1 or k < 0:
-        raise ValueError(f"prompts_per_chunk must be >= 1 and k >= 0, got {prompts_per_chunk} and {k}")
+    return build_chunks(engine, folder, [k], prompts_per_chunk, modes, topics, seed, batch_size, max_new_tokens,
+                        check, progress, translations, max_batch_tokens)[0]
+
+
+def build_chunks(engine, folder: Path, ks: list[int], prompts_per_chunk: int, modes: list[Mode], topics: list[str],
+                 seed: int = 0, batch_size: int = 64, max_new_tokens: int = 160,
+                 check: Callable[[list[dict]], None] | None = None, progress: bool = True,
+                 translations: dict[str, list[str]] | None = None,
+                 max_batch_tokens: int | None = None) -> list[Path]:
+    """Make chunks ``ks`` together: their prompts are written in shared batches and their answers too, so a
+    GPU's batch of a thousand rows is full, while each chunk keeps its own prompt file and partial answers
+    and is finished (compressed) on its own. Chunk k's prompts are prompts k·P … (k+1)·P − 1 either way."""
+    if prompts_per_chunk < 1 or not ks or min(ks) < 0:
+        raise ValueError(f"prompts_per_chunk must be >= 1 and chunks >= 0, got {prompts_per_chunk} and {ks}")
     folder.mkdir(parents=True, exist_ok=True)
-    final = chunk_path(folder, k)
-    if final.exists():
-        return final
-    prompts_file = folder / f"{CHUNK.format(k)}.prompts.jsonl.gz"
-    if prompts_file.exists():
-        prompts = read_jsonl_gz(prompts_file)
-    else:
-        indices = range(k * prompts_per_chunk, (k + 1) * prompts_per_chunk)
-        prompts = synthesize(engine, indices, topics, seed, batch_size, translations)
+    todo = [k for k in ks if not chunk_path(folder, k).exists()]
+    prompts_file = {k: folder / f"{CHUNK.format(k)}.prompts.jsonl.gz" for k in todo}
+    unwritten = [k for k in todo if not prompts_file[k].exists()]
+    if unwritten:
+        indices = [i for k in unwritten for i in range(k * prompts_per_chunk, (k + 1) * prompts_per_chunk)]
+        written = synthesize(engine, indices, topics, seed, batch_size, translations)
         if check is not None:
-            check(prompts)
-        _write_gz(prompts_file, (json.dumps(p) for p in prompts))
-    partial = folder / f"{CHUNK.format(k)}.partial.jsonl"
-    build_corpus(engine, prompts, partial, modes, max_new_tokens, batch_size, seed + 104_729 * k, progress)
-    _write_gz(final, partial.read_text().splitlines())
-    partial.unlink()
-    return final
+            check(written)
+        for k in unwritten:
+            own = [p for p in written if prompt_index(p) // prompts_per_chunk == k]
+            _write_gz(prompts_file[k], (json.dumps(p) for p in own))
+    prompts = [p for k in todo for p in read_jsonl_gz(prompts_file[k])]
+    partial = {k: folder / f"{CHUNK.format(k)}.partial.jsonl" for k in todo}
+    if prompts:
+        build_corpus(engine, prompts, folder / "unused.jsonl", modes, max_new_tokens, batch_size,
+                     seed + 104_729 * todo[0], progress, route=lambda p: partial[prompt_index(p) // prompts_per_chunk],
+                     max_batch_tokens=max_batch_tokens)
+    for k in todo:
+        lines = partial[k].read_text().splitlines() if partial[k].exists() else []
+        _write_gz(chunk_path(folder, k), lines)
+        partial[k].unlink(missing_ok=True)
+    return [chunk_path(folder, k) for k in ks]
+
+
+def prompt_index(prompt: dict) -> int:
+    """The synthesis index of a written prompt (question id ``s-NNNNNN``)."""
+    return int(prompt["question_id"].removeprefix("s-"))
 
 
 def summary(folder: Path) -> dict:

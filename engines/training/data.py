@@ -34,8 +34,10 @@ def held_out(record: dict, fraction: float = 0.05) -> bool:
     return digest[0] < 256 * fraction
 
 
-def split_corpus(path: str | Path) -> tuple[list[dict], list[dict]]:
-    records = read_corpus(path)
+def split_corpus(path: str | Path | list) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) of one corpus or several read as one (a list of files and chunk folders)."""
+    paths = path if isinstance(path, (list, tuple)) else [path]
+    records = [record for p in paths for record in read_corpus(p)]
     if not records:
         raise ValueError(f"distillation corpus {path} is empty or missing: run `specviz distill` first")
     return [r for r in records if not held_out(r)], [r for r in records if held_out(r)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -147,7 +148,7 @@ def write_material(engine, plans: list[Plan], seed: int, batch_size: int = 64, m
     return texts
 
 
-def synthesize(engine, indices: range, topics: list[str], seed: int, batch_size: int = 64,
+def synthesize(engine, indices: Sequence[int], topics: list[str], seed: int, batch_size: int = 64,
                translations: dict[str, list[str]] | None = None) -> list[dict]:
     """Prompts for ``indices`` (those whose material came out unusable are skipped, deterministically)."""
     plans = [plan(i, topics, seed, translations) for i in indices]

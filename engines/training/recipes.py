@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Callable
@@ -127,45 +128,95 @@ MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced ke
 
 
 
-def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path = DEFAULT_CORPUS,
+# Every shipped drafter, trained together on one teacher pass per batch (`specviz train all`): each family
+# with the options its shipped weights use, and the learning rate the earlier GPU recipe gave it.
+ALL_DRAFTERS: tuple[tuple[str, dict, float | None], ...] = (
+    ("eagle", {}, None),
+    ("moa", {"tli": (0, 1, 3), "ablation": True}, None),
+    ("tiny", {}, 5e-4),
+    ("ss", {}, 5e-4),
+    ("exit", {"exit_layers": (3, 4, 5, 6, 8, 10, 15), "head_kinds": ("norm", "layer")}, None),
+    ("cats", {"dm_layer": 3, "sv_layer": (5, 10, 15, 20)}, None),
+)
+
+
+def corpus_paths(corpus: str | Path | list) -> list[Path]:
+    """One corpus path, or several (a comma-separated string or a list): files and folders of chunks."""
+    if isinstance(corpus, (list, tuple)):
+        return [Path(c) for c in corpus]
+    return [Path(c.strip()) for c in str(corpus).split(",") if c.strip()]
+
+
+def corpus_fingerprint(paths: list[Path]) -> str:
+    """sha256 over every file the corpus reads (a chunk folder's finished chunks), for the model card."""
+    from engines.training.corpus_chunks import finished_chunks
+
+    digest = hashlib.sha256()
+    for path in paths:
+        for file in (finished_chunks(path) if path.is_dir() else [path] if path.exists() else []):
+            digest.update(file_sha256(file).encode())
+    return digest.hexdigest()
+
+
+def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path | list = DEFAULT_CORPUS,
                    config: TrainConfig | None = None, command: str = "",
                    progress: Callable[[int, int, dict], None] | None = None, draft_vocab_size: int = DRAFT_VOCAB_SIZE,
                    **options) -> list[tuple[str, dict]]:
-    """Train, save and describe the drafters of ``kind``; returns (name, card) for each."""
+    """Train, save and describe the drafters of ``kind`` (or ``"all"``: :data:`ALL_DRAFTERS` in one run);
+    returns (name, card) for each."""
     config = config or TrainConfig()
-    corpus = Path(corpus)
-    train, heldout = split_corpus(corpus)
+    paths = corpus_paths(corpus)
+    train, heldout = split_corpus(paths)
     eos = tuple(t for r in train for t in r["answer_ids"][-1:])  # answers end in EOS unless cut short
     vocab_ids = draft_vocabulary(train, draft_vocab_size, always=tuple(sorted(set(eos)))[:4])
     vocab_ids = vocab_ids.to(stack.device)
-    students, extra = build_students(kind, stack, vocab_ids, **options)
+    families = [(family, family_options, lr) for family, family_options, lr in ALL_DRAFTERS] if kind == "all" \
+        else [(kind, options, None)]
+    students, extra = [], {}
+    for family, family_options, lr in families:
+        built, described = build_students(family, stack, vocab_ids, **family_options)
+        for student in built:
+            student.lr = lr
+        students += built
+        extra.update(described)
     for student in students:
         student.module.to(stack.device)
     result: FitResult = fit(stack, students, train, heldout, vocab_ids, config, progress)
+    fingerprint = corpus_fingerprint(paths)
     saved = []
     for student in students:
+        agreement = result.heldout_agreement[student.name]
         card = {
             "name": student.name, **extra[student.name],
             "target": target_name, "target_layers": stack.n_layers, "hidden_size": stack.config.hidden_size,
             "vocab_size": stack.config.vocab_size, "draft_vocab_size": len(vocab_ids),
             "draft_vocab_coverage": round(vocabulary_coverage(heldout, vocab_ids), 4),
             "trained_parameters": sum(p.numel() for p in student.parameters()),
-            "data": {"corpus": str(corpus.name), "corpus_sha256": file_sha256(corpus), "train_records": len(train),
-                     "heldout_records": len(heldout), "modes": sorted({r["mode"] for r in train}),
-                     "train_positions_seen": result.train_tokens},
+            "data": {"corpus": ",".join(_corpus_name(p) for p in paths), "corpus_sha256": fingerprint,
+                     "train_records": len(train), "heldout_records": len(heldout),
+                     "train_answer_tokens": sum(len(r["answer_ids"]) for r in train),
+                     "modes": sorted({r["mode"] for r in train}), "train_positions_seen": result.train_tokens},
             "training": {"loss": LOSSES[extra[student.name]["kind"]], "steps": result.steps, "epochs": config.epochs,
-                         "batch_tokens": config.batch_tokens, "lr": config.lr, "seed": config.seed,
+                         "batch_tokens": config.batch_tokens, "lr": student.lr or config.lr, "seed": config.seed,
+                         "max_seconds": config.max_seconds,
                          "device": stack.device.type, "teacher_dtype": str(stack.dtype).removeprefix("torch."),
                          "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                         "seconds_all_students": round(result.seconds, 1), "loss_curve": result.curves[student.name],
+                         "seconds_all_students": round(result.seconds, 1),
+                         "students_in_run": len(students), "loss_curve": result.curves[student.name],
                          "date": time.strftime("%Y-%m-%d")},
-            "heldout_top1_agreement": _rounded(result.heldout_agreement[student.name]),
+            "heldout_top1_agreement": _rounded(agreement[1]),
+            "heldout_top4_agreement": _rounded(agreement[4]),
             "command": command,
         }
         student.module.eval()
         save_trained(student.name, student.module, card)
         saved.append((student.name, card))
     return saved
+
+
+def _corpus_name(path: Path) -> str:
+    """``distill/corpus.jsonl`` or ``distill/v2``: enough to tell the corpora apart in a card."""
+    return "/".join(path.resolve().parts[-2:])
 
 
 def _rounded(value: float | None) -> float | None:

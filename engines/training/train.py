@@ -31,6 +31,7 @@ class TrainConfig:
     lr: float = 1e-3
     seed: int = 0
     max_steps: int | None = None
+    max_seconds: float | None = None  # a time budget: the step count is cut to what fits, measured as it trains
 
     def validate(self) -> None:
         if not self.epochs > 0:
@@ -39,6 +40,8 @@ class TrainConfig:
             raise ValueError(f"batch_tokens must be >= 64, got {self.batch_tokens}")
         if not 0 < self.lr < 1:
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
 
 
 class Student:
@@ -51,6 +54,7 @@ class Student:
         self.name = name
         self.module = module
         self.curve: list[list[float]] = []
+        self.lr: float | None = None  # None: the run's learning rate (several families train in one run)
 
     def parameters(self):
         return [p for p in self.module.parameters() if p.requires_grad]
@@ -251,7 +255,11 @@ class FitResult:
 def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: list[dict],
         vocab_ids: torch.Tensor, config: TrainConfig,
         progress: Callable[[int, int, dict], None] | None = None) -> FitResult:
-    """Train every student on the same teacher passes; cosine learning rate; held-out top-1 agreement at the end."""
+    """Train every student on the same teacher passes; cosine learning rate; held-out agreement at the end.
+
+    With ``config.max_seconds`` the step count is cut, after ``BUDGET_PROBE`` measured steps, to what their
+    mean step time fits in the budget, and the cosine schedule is stretched over that count, so a run on a
+    slow machine still ends in time with a fully decayed learning rate."""
     config.validate()
     torch.manual_seed(config.seed)
     layers = tuple(sorted({l for s in students for l in s.layers}))
@@ -260,13 +268,15 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
     total = max(1, math.ceil(len(epoch_batches) * config.epochs))
     if config.max_steps:
         total = min(total, config.max_steps)
-    optimizers = [torch.optim.AdamW(s.parameters(), lr=config.lr, weight_decay=0.0) for s in students]
-    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda step: 0.5 * (1 + math.cos(math.pi * step / total)))
-                 for o in optimizers]
+    plan = {"total": total}
+    optimizers = [torch.optim.AdamW(s.parameters(), lr=s.lr or config.lr, weight_decay=0.0) for s in students]
+    schedules = [torch.optim.lr_scheduler.LambdaLR(
+        o, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, plan["total"]) / plan["total"]))) for o in optimizers]
     start, tokens = time.perf_counter(), 0
     for s in students:
         s.module.train()
-    for step in range(total):
+    step = 0
+    while step < plan["total"]:
         batch = epoch_batches[step % len(epoch_batches)].to(stack.device)
         signals = teacher(stack, batch, layers, vocab_ids, keys_values)
         tokens += int(batch.loss_mask.sum())
@@ -280,21 +290,29 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
             schedule.step()
             losses[student.name] = float(loss.detach())
             student.curve.append([step + 1, round(losses[student.name], 5)])
+        step += 1
+        if config.max_seconds and step == BUDGET_PROBE:  # the first steps include warm-up: a safe overestimate
+            per_step = (time.perf_counter() - start) / step
+            plan["total"] = max(step, min(plan["total"], int(config.max_seconds / per_step)))
         if progress:
-            progress(step + 1, total, losses)
+            progress(step, plan["total"], losses)
     seconds = time.perf_counter() - start
     for s in students:
         if isinstance(s, MoAStudent):
             s.adopt_shared_lsa()
     agreement = heldout_agreement(stack, students, heldout, vocab_ids, config.batch_tokens, layers, keys_values)
-    return FitResult(total, seconds, tokens, {s.name: thin(s.curve) for s in students}, agreement)
+    return FitResult(plan["total"], seconds, tokens, {s.name: thin(s.curve) for s in students}, agreement)
+
+
+BUDGET_PROBE = 10  # steps timed before a time budget fixes the step count
 
 
 @torch.no_grad()
-def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers, keys_values: bool = False) -> dict:
-    """Held-out agreement: how often the draft's argmax equals the target's on held-out answers, teacher-forced
-    (not α, the acceptance rate measured by decoding)."""
-    hits = {s.name: 0 for s in students}
+def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers, keys_values: bool = False,
+                      ks: tuple[int, ...] = (1, 4)) -> dict:
+    """Held-out agreement: how often the target's argmax is among the draft's k best on held-out answers,
+    teacher-forced (not α, the acceptance rate measured by decoding); ``{name: {k: share}}``."""
+    hits = {s.name: {k: 0 for k in ks} for s in students}
     count = 0
     for s in students:
         s.module.eval()
@@ -305,8 +323,10 @@ def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers,
         count += len(target_top)
         for s in students:
             _, logits = s.loss(batch, signals) if not isinstance(s, EagleStudent) else _eagle_eval(s, batch, signals)
-            hits[s.name] += int((logits.argmax(-1) == target_top).sum())
-    return {name: hit / count if count else None for name, hit in hits.items()}
+            ranked = logits.topk(max(ks), dim=-1).indices
+            for k in ks:
+                hits[s.name][k] += int((ranked[:, :k] == target_top[:, None]).any(-1).sum())
+    return {name: {k: hit / count if count else None for k, hit in by_k.items()} for name, by_k in hits.items()}
 
 
 def _eagle_eval(student: EagleStudent, batch, signals):
