@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# How the shipped drafters in data/drafts were trained when a GPU was lent: the same project commands as
-# on a CPU, with a larger self-distillation corpus (960 prompts, greedy + four sampling temperatures)
-# and more epochs than fit the 45-minute CPU budget (docs/training.md, "How they are made", gives step
-# counts that fit a 2-core CPU). Usage: scripts/train_drafters_gpu.sh [specviz command]
+# How the shipped drafters in data/drafts were made when a GPU was lent (one H100; docs/training.md): the same
+# project commands as on a CPU, with batches a GPU fills. First the chunked corpus (prompts and answers by the
+# target, several chunks per batch), then every drafter family on one teacher pass per batch, each run cut to
+# its time budget. The cards' runs were cut by a budget (--max-minutes 4.89, 2.35, 1.71) measured on probe steps
+# that still included the warm-up step, so they stopped at 137, 370 and 430 steps; --max-steps repeats those
+# counts exactly (the same cosine schedule). Give --max-minutes instead to train for a time.
+# Usage: scripts/train_drafters_gpu.sh [specviz command]
 set -euo pipefail
 SPECVIZ=${1:-specviz}
-GPU="--device cuda --dtype float32"
-$SPECVIZ distill $GPU --per-category 160 --modes greedy,sample@0.7,sample@0.8,sample@0.9,sample@1.0 --batch-size 256
-$SPECVIZ train eagle $GPU --epochs 12 --batch-tokens 8192 --lr 1e-3
-$SPECVIZ train tiny $GPU --epochs 8 --batch-tokens 8192 --lr 5e-4
-$SPECVIZ train ss $GPU --epochs 8 --batch-tokens 8192 --lr 5e-4
-$SPECVIZ train exit $GPU --exit-layers 4,8,15 --heads norm,layer --epochs 6 --batch-tokens 8192 --lr 1e-3
-$SPECVIZ train cats $GPU --dm-layer 3 --sv-layer 15 --epochs 6 --batch-tokens 8192 --lr 1e-3
+GPU="--device cuda --dtype bfloat16"
+CORPUS="--corpus data/distill/corpus.jsonl,data/distill/v2"
+$SPECVIZ corpus $GPU --chunks 0-14 --together 5 --batch-size 2048 --max-batch-tokens 1000000
+$SPECVIZ train all $GPU $CORPUS --epochs 2 --batch-tokens 32768 --lr 1e-3 --max-steps 137
+$SPECVIZ train eagle,tiny,ss $GPU $CORPUS --epochs 2 --batch-tokens 16384 --lr 1e-3 --max-steps 370
+$SPECVIZ train exit --exit-layers 3,4,5,6,8,10,15 --heads norm,layer $GPU $CORPUS --epochs 2 --batch-tokens 16384 \
+    --lr 1e-3 --max-steps 430

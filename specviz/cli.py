@@ -169,8 +169,13 @@ def train_command(args) -> int:
     from engines.training.recipes import DEFAULT_CORPUS, train_drafters
     from engines.training.train import TrainConfig
 
+    from engines.training.recipes import drafter_families
+
     if args.acceptance_tokens < 1:
         raise ValueError(f"acceptance_tokens must be >= 1, got {args.acceptance_tokens}")
+    single = ("exit", "eagle", "tiny", "ss", "cats", "moa")
+    if args.drafter not in single:
+        drafter_families(args.drafter)  # ValueError naming the families before the model loads
     options = {}
     if args.drafter == "exit":
         options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),

@@ -148,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     corpus.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
-    train.add_argument("drafter", choices=["exit", "eagle", "tiny", "ss", "cats", "moa", "all"],
-                       help="one family, or all: every shipped drafter on one teacher pass per batch")
+    train.add_argument("drafter", help="one family (exit, eagle, tiny, ss, cats, moa; its options below), or all, "
+                                        "or a comma-separated list (eagle,tiny,ss): those families with their shipped "
+                                        "options, on one teacher pass per batch")
     train.add_argument("--corpus", default=None,
                        help="corpus files and chunk folders, comma-separated (default data/distill/corpus.jsonl)")
     train.add_argument("--exit-layers", default="4,8,15", help="exit: comma-separated layers")

@@ -108,7 +108,7 @@ def test_train_command_writes_a_card_with_measured_acceptance(tmp_path):
     assert card["training"]["float32_matmul_precision"] == "highest"
     assert card["command"].startswith("specviz train exit") and "--max-steps 1" in card["command"]
     assert card["acceptance"]["device"] == "cpu" and 1.0 <= card["acceptance"]["greedy"]["tau"] <= 6.0
-    assert "exit@4-norm: held-out top-1 agreement" in done.stdout
+    assert "exit@4-norm: held-out agreement top-1" in done.stdout and ", top-4 " in done.stdout
 
 
 def test_agreement_command_measures_shipped_drafters(tmp_path):

@@ -233,3 +233,6 @@ def test_all_families_train_in_one_run_within_a_time_budget(setup, monkeypatch):
         assert 0 <= card["heldout_top1_agreement"] <= card["heldout_top4_agreement"] <= 1
     with pytest.raises(ValueError, match="max_seconds"):
         TrainConfig(max_seconds=0).validate()
+    assert [family for family, _, _ in recipes.drafter_families("exit,eagle")] == ["eagle", "exit"]
+    with pytest.raises(ValueError, match="comma-separated list"):
+        recipes.drafter_families("eagle,nope")

@@ -140,6 +140,16 @@ ALL_DRAFTERS: tuple[tuple[str, dict, float | None], ...] = (
 )
 
 
+def drafter_families(kind: str) -> list[tuple[str, dict, float | None]]:
+    """``"all"`` or ``"eagle,tiny,ss"`` → those entries of :data:`ALL_DRAFTERS`, in its order."""
+    known = [family for family, _, _ in ALL_DRAFTERS]
+    wanted = known if kind == "all" else [k.strip() for k in kind.split(",") if k.strip()]
+    unknown = sorted(set(wanted) - set(known))
+    if unknown or not wanted:
+        raise ValueError(f"drafter must be all or a comma-separated list of {known}; got {kind!r}")
+    return [entry for entry in ALL_DRAFTERS if entry[0] in wanted]
+
+
 def corpus_paths(corpus: str | Path | list) -> list[Path]:
     """One corpus path, or several (a comma-separated string or a list): files and folders of chunks."""
     if isinstance(corpus, (list, tuple)):
@@ -162,16 +172,16 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                    config: TrainConfig | None = None, command: str = "",
                    progress: Callable[[int, int, dict], None] | None = None, draft_vocab_size: int = DRAFT_VOCAB_SIZE,
                    **options) -> list[tuple[str, dict]]:
-    """Train, save and describe the drafters of ``kind`` (or ``"all"``: :data:`ALL_DRAFTERS` in one run);
-    returns (name, card) for each."""
+    """Train, save and describe the drafters of ``kind``: one family with ``options``, or ``"all"`` or a
+    comma-separated list of families (``"eagle,tiny,ss"``), each as :data:`ALL_DRAFTERS` sets it, on one teacher
+    pass per batch; returns (name, card) for each."""
     config = config or TrainConfig()
     paths = corpus_paths(corpus)
     train, heldout = split_corpus(paths)
     eos = tuple(t for r in train for t in r["answer_ids"][-1:])  # answers end in EOS unless cut short
     vocab_ids = draft_vocabulary(train, draft_vocab_size, always=tuple(sorted(set(eos)))[:4])
     vocab_ids = vocab_ids.to(stack.device)
-    families = [(family, family_options, lr) for family, family_options, lr in ALL_DRAFTERS] if kind == "all" \
-        else [(kind, options, None)]
+    families = drafter_families(kind) if kind == "all" or "," in kind else [(kind, options, None)]
     students, extra = [], {}
     for family, family_options, lr in families:
         built, described = build_students(family, stack, vocab_ids, **family_options)

@@ -291,9 +291,12 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
             losses[student.name] = float(loss.detach())
             student.curve.append([step + 1, round(losses[student.name], 5)])
         step += 1
-        if config.max_seconds and step == BUDGET_PROBE:  # the first steps include warm-up: a safe overestimate
-            per_step = (time.perf_counter() - start) / step
-            plan["total"] = max(step, min(plan["total"], int(config.max_seconds / per_step)))
+        if step == 1:
+            warmed = time.perf_counter()  # the first step pays for allocation and kernel choice: not timed
+        if config.max_seconds and step == BUDGET_PROBE:
+            per_step = (time.perf_counter() - warmed) / (step - 1)
+            left = config.max_seconds - (time.perf_counter() - start)
+            plan["total"] = max(step, min(plan["total"], step + int(left / per_step)))
         if progress:
             progress(step, plan["total"], losses)
     seconds = time.perf_counter() - start
