@@ -77,7 +77,7 @@ def build_chunks(engine, folder: Path, ks: list[int], prompts_per_chunk: int, mo
     prompts = [p for k in todo for p in read_jsonl_gz(prompts_file[k])]
     partial = {k: folder / f"{CHUNK.format(k)}.partial.jsonl" for k in todo}
     if prompts:
-        build_corpus(engine, prompts, folder / "unused.jsonl", modes, max_new_tokens, batch_size,
+        build_corpus(engine, prompts, partial[todo[0]], modes, max_new_tokens, batch_size,
                      seed + 104_729 * todo[0], progress, route=lambda p: partial[prompt_index(p) // prompts_per_chunk],
                      max_batch_tokens=max_batch_tokens)
     for k in todo:
