@@ -166,10 +166,8 @@ def train_command(args) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from engines.training.recipes import DEFAULT_CORPUS, train_drafters
+    from engines.training.recipes import DEFAULT_CORPUS, drafter_families, train_drafters
     from engines.training.train import TrainConfig
-
-    from engines.training.recipes import drafter_families
 
     if args.acceptance_tokens < 1:
         raise ValueError(f"acceptance_tokens must be >= 1, got {args.acceptance_tokens}")
