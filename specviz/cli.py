@@ -148,9 +148,9 @@ def corpus_command(args) -> int:
     out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "v2"
     seeds = load_seeds()
     topics, translations = seed_topics(seeds), seeds["translation"]["sources"]
-    engine = Engine.load(dtype=args.dtype, device=args.device)
     if args.together < 1:
         raise ValueError(f"together must be >= 1, got {args.together}")
+    engine = Engine.load(dtype=args.dtype, device=args.device)
     for first in range(0, len(chunks), args.together):
         group = chunks[first:first + args.together]
         began = time.perf_counter()
@@ -171,9 +171,9 @@ def train_command(args) -> int:
 
     if args.acceptance_tokens < 1:
         raise ValueError(f"acceptance_tokens must be >= 1, got {args.acceptance_tokens}")
-    single = ("exit", "eagle", "tiny", "ss", "cats", "moa")
-    if args.drafter not in single:
-        drafter_families(args.drafter)  # ValueError naming the families before the model loads
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise ValueError(f"max-minutes must be > 0, got {args.max_minutes}")
+    drafter_families(args.drafter)  # a ValueError naming the families before the model loads
     options = {}
     if args.drafter == "exit":
         options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),
@@ -199,8 +199,6 @@ def train_command(args) -> int:
     previous_precision = torch.get_float32_matmul_precision()
     if args.device == "cuda":  # TF32 matmuls: distillation targets do not need fp32's last bits, and it is ~4× faster
         torch.set_float32_matmul_precision("high")
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        raise ValueError(f"max-minutes must be > 0, got {args.max_minutes}")
     config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps,
                          args.max_minutes * 60 if args.max_minutes else None)
     bar = tqdm(desc=f"train {args.drafter}", unit="step")

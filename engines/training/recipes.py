@@ -140,6 +140,12 @@ ALL_DRAFTERS: tuple[tuple[str, dict, float | None], ...] = (
 )
 
 
+def is_family_list(kind: str) -> bool:
+    """``"all"`` or a comma-separated list: families trained with their shipped options, not one family with
+    the caller's."""
+    return kind == "all" or "," in kind
+
+
 def drafter_families(kind: str) -> list[tuple[str, dict, float | None]]:
     """``"all"`` or ``"eagle,tiny,ss"`` → those entries of :data:`ALL_DRAFTERS`, in its order."""
     known = [family for family, _, _ in ALL_DRAFTERS]
@@ -181,7 +187,7 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
     eos = tuple(t for r in train for t in r["answer_ids"][-1:])  # answers end in EOS unless cut short
     vocab_ids = draft_vocabulary(train, draft_vocab_size, always=tuple(sorted(set(eos)))[:4])
     vocab_ids = vocab_ids.to(stack.device)
-    families = drafter_families(kind) if kind == "all" or "," in kind else [(kind, options, None)]
+    families = drafter_families(kind) if is_family_list(kind) else [(kind, options, None)]
     students, extra = [], {}
     for family, family_options, lr in families:
         built, described = build_students(family, stack, vocab_ids, **family_options)

@@ -75,17 +75,8 @@ def diagnose_pipeline(answer: str | None, lanes: Mapping, ar_tokens_per_s: float
                       n_layers: int) -> bool | None:
     """"Which cost the pipeline more?": the rejections (``acceptance``) or a tick longer than its layers'
     share of an ``ar`` step (``tick``), measured from the lanes run's stage ticks."""
-    gains = pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)
-    return check_costliest(answer, {term: gains[term] for term in PIPELINE_TERMS}, lanes["tokens_per_s"] / ar_tokens_per_s,
+    gains = {term: pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)[term]
+             for term in PIPELINE_TERMS}
+    return check_costliest(answer, gains, lanes["tokens_per_s"] / ar_tokens_per_s,
+                           explanation=" · ".join(f"{t} at its ideal: {g:.2f}×" for t, g in gains.items()),
                            hint="compare ticks per token with 1, and the tick with its layers' share of ar's step.")
-    gains = pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)
-    measured = lanes["tokens_per_s"] / ar_tokens_per_s
-    worst = max(PIPELINE_TERMS, key=gains.__getitem__)
-    if answer == worst:
-        other = next(t for t in PIPELINE_TERMS if t != answer)
-        print(f"✓ Correct: with {answer} at its ideal the lanes run would reach {gains[answer]:.2f}× (measured "
-              f"{measured:.2f}×); with {other} at its ideal only {gains[other]:.2f}×.")
-        return True
-    print(f"✗ Not quite: with {answer} at its ideal the lanes run would reach only {gains[answer]:.2f}× (measured "
-          f"{measured:.2f}×). Compare ticks per token with 1, and the tick with its layers' share of ar's step.")
-    return False
