@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     corpus = commands.add_parser("corpus", help="build the chunked distillation corpus: prompts and answers by the "
                                                 "target, one resumable chunk at a time (data/distill/v2)")
     corpus.add_argument("--out", default=None, help="default data/distill/v2 (finished chunks are kept)")
-    corpus.add_argument("--chunks", default="0-14", help="chunk numbers to make: '3', '0-9' or '0,2,5'")
+    corpus.add_argument("--chunks", default="0-12", help="chunk numbers to make: '3', '0-9' or '0,2,5'")
     corpus.add_argument("--prompts-per-chunk", type=int, default=1200)
     corpus.add_argument("--modes", default="greedy,sample@0.7,sample@0.8,sample@0.9,sample@1.0",
                         help="greedy and/or sample@T with T in [0.7, 1.0]")
