@@ -29,11 +29,12 @@ def setup(tmp_path_factory):
     return engine, corpus, root
 
 
-def _train(setup, monkeypatch, kind, **options):
+def _train(setup, monkeypatch, kind, draft_vocab_size=48, **options):
     engine, corpus, root = setup
     monkeypatch.setenv("SPECVIZ_DRAFTS", str(root))
     config = TrainConfig(epochs=30, batch_tokens=256, lr=3e-3)
-    return train_drafters(kind, engine.target, "tiny-test", corpus, config, draft_vocab_size=48, **options)
+    return train_drafters(kind, engine.target, "tiny-test", corpus, config, draft_vocab_size=draft_vocab_size,
+                          **options)
 
 
 def _falls(card, ratio=0.7):
@@ -66,6 +67,19 @@ def test_exit_heads_train_and_draft(setup, monkeypatch):
         assert row[1] <= row[2] <= row[size], (name, row)
         assert row[size] == pytest.approx(vocabulary_coverage(records, vocab))
     assert max(row[1] for row in result.values()) > 0.2
+
+
+def test_agreement_measures_drafters_of_different_vocabularies_together(setup, monkeypatch):
+    """Drafters from different corpora read out through different draft vocabularies: measured together,
+    each gets what it gets alone."""
+    (narrow, _), = _train(setup, monkeypatch, "exit", draft_vocab_size=40, exit_layers=(3,), head_kinds=("norm",))
+    (wide, _), = _train(setup, monkeypatch, "cats", dm_layer=None, sv_layer=(2,))
+    engine, corpus, _ = setup
+    records = read_corpus(corpus)
+    together = topk_agreement(engine.target, [narrow, wide], records, ks=(1, 4))
+    assert list(together) == [narrow, wide]
+    for name in (narrow, wide):
+        assert together[name] == topk_agreement(engine.target, [name], records, ks=(1, 4))[name]
 
 
 def test_eagle_trains_and_drafts(setup, monkeypatch):

@@ -55,36 +55,43 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
     """``{name: {k: fraction of answer positions whose target token is among the drafter's top k}}``.
 
     ``records`` are distillation-corpus records (``prompt_ids``, ``answer_ids``): the corpus's held-out
-    answers, or the target's answers to the evaluation prompts.
+    answers, or the target's answers to the evaluation prompts. Drafters trained on different corpora read
+    out through different draft vocabularies; each such group gets its own teacher pass over the same records.
     """
     if not names:
         raise ValueError("names must list at least one shipped drafter")
     if not ks or min(ks) < 1:
         raise ValueError(f"ks must be positive integers, got {list(ks)}")
     students = [shipped_student(name, stack) for name in names]
-    vocab = students[0][1]
-    if any(not torch.equal(v, vocab) for _, v in students):
-        raise ValueError("these drafters have different draft vocabularies; measure them separately")
-    if max(ks) > len(vocab):
-        raise ValueError(f"ks must not exceed the draft vocabulary ({len(vocab)} tokens), got {max(ks)}")
-    layers = tuple(sorted({layer for student, _ in students for layer in student.layers}))
-    keys_values = any(student.needs_keys_values for student, _ in students)
+    groups: list[tuple[torch.Tensor, list[Student]]] = []  # the teacher's pass reads out through one vocabulary
+    for student, vocab in students:
+        if max(ks) > len(vocab):
+            raise ValueError(f"ks must not exceed the draft vocabulary ({len(vocab)} tokens), got {max(ks)}")
+        same = next((members for group_vocab, members in groups if torch.equal(group_vocab, vocab)), None)
+        if same is None:
+            groups.append((vocab, [student]))
+        else:
+            same.append(student)
     head = stack.model.lm_head.weight.float()
     hits = {name: dict.fromkeys(ks, 0) for name in names}
-    positions = 0
     work = batches(records, batch_tokens, seed=0)
-    for i, batch in enumerate(work):
-        batch = batch.to(stack.device)
-        signals = teacher(stack, batch, layers, vocab, keys_values)
-        features = signals["feature"][batch.loss_mask]
-        target = torch.cat([(chunk @ head.T).argmax(-1) for chunk in features.split(1024)])
-        positions += len(target)
-        for student, _ in students:
-            _, logits = student.loss(batch, signals)
-            ranked = vocab[logits.topk(max(ks), dim=-1).indices]  # draft-vocabulary index → token id
-            found = (ranked == target[:, None]).cumsum(-1)
-            for k in ks:
-                hits[student.name][k] += int(found[:, k - 1].sum())
-        if progress:
-            progress(i + 1, len(work))
+    positions = 0
+    for g, (vocab, members) in enumerate(groups):
+        layers = tuple(sorted({layer for student in members for layer in student.layers}))
+        keys_values = any(student.needs_keys_values for student in members)
+        positions = 0
+        for i, batch in enumerate(work):
+            batch = batch.to(stack.device)
+            signals = teacher(stack, batch, layers, vocab, keys_values)
+            features = signals["feature"][batch.loss_mask]
+            target = torch.cat([(chunk @ head.T).argmax(-1) for chunk in features.split(1024)])
+            positions += len(target)
+            for student in members:
+                _, logits = student.loss(batch, signals)
+                ranked = vocab[logits.topk(max(ks), dim=-1).indices]  # draft-vocabulary index → token id
+                found = (ranked == target[:, None]).cumsum(-1)
+                for k in ks:
+                    hits[student.name][k] += int(found[:, k - 1].sum())
+            if progress:
+                progress(g * len(work) + i + 1, len(groups) * len(work))
     return {name: {k: count / positions if positions else None for k, count in row.items()} for name, row in hits.items()}
