@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # How the corpus in data/distill/v2 and the drafters of the last GPU round were made (one H100; docs/training.md,
-# "The third GPU round"): the same project commands as on a CPU, with batches a GPU fills. First the chunked
-# corpus (prompts and answers by the target, several chunks per batch), then two training runs sharing the GPU,
-# each cut to its time budget (--max-minutes 4.2 and 4.0, which stopped them at 1254 and 1310 steps; --max-steps
-# repeats those counts on the same cosine schedule). Give --max-minutes instead to train for a time. The seed-
-# corpus drafters (eagle, tiny, ss, exit@4/8/15, cats@3/15) and the MoA drafters hold their own commands in their
-# cards.
+# "GPU rounds on the larger corpus", round 3): the same project commands as on a CPU, with batches a GPU fills.
+# First the chunked corpus (prompts and answers by the target, several chunks per batch), then two training runs
+# sharing the GPU, each cut to its time budget (--max-minutes 4.2 and 4.0, which stopped them at 1254 and 1310
+# steps; --max-steps repeats those counts on the same cosine schedule). Give --max-minutes instead to train for a
+# time. The seed-corpus drafters (eagle, tiny, ss, exit@4/8/15, cats@3/15) and the MoA drafters hold their own
+# commands in their cards.
 # Usage: scripts/train_drafters_gpu.sh [specviz command]
 set -euo pipefail
 SPECVIZ=${1:-specviz}

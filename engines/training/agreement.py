@@ -75,11 +75,10 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
     head = stack.model.lm_head.weight.float()
     hits = {name: dict.fromkeys(ks, 0) for name in names}
     work = batches(records, batch_tokens, seed=0)
-    positions = 0
     for g, (vocab, members) in enumerate(groups):
         layers = tuple(sorted({layer for student in members for layer in student.layers}))
         keys_values = any(student.needs_keys_values for student in members)
-        positions = 0
+        positions = 0  # the same records for every group
         for i, batch in enumerate(work):
             batch = batch.to(stack.device)
             signals = teacher(stack, batch, layers, vocab, keys_values)
