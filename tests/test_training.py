@@ -12,7 +12,7 @@ from engines.drafters.trained import load_trained
 from engines.training.agreement import topk_agreement
 from engines.training.corpus import read_corpus
 from engines.training.data import vocabulary_coverage
-from engines.training.recipes import train_drafters
+from engines.training.recipes import heldout_sample, train_drafters
 from engines.training.train import TrainConfig
 from specviz.experiments.drafter_compare import compare_drafters, head_escape_rates
 from specviz.views.drafter_compare import tau_vs_acceptance_figure
@@ -250,3 +250,11 @@ def test_all_families_train_in_one_run_within_a_time_budget(setup, monkeypatch):
     assert [family for family, _, _ in recipes.drafter_families("exit,eagle")] == ["eagle", "exit"]
     with pytest.raises(ValueError, match="comma-separated list"):
         recipes.drafter_families("eagle,nope")
+
+
+def test_heldout_sample_spreads_over_the_split_and_keeps_about_the_cap():
+    heldout = [{"answer_ids": [i] * 100, "source": "seeds" if i < 10 else "v2"} for i in range(100)]
+    sample = heldout_sample(heldout, positions=2_000)
+    assert sum(len(r["answer_ids"]) for r in sample) == 2_000
+    assert {r["source"] for r in sample} == {"seeds", "v2"}  # not just the records listed first
+    assert heldout_sample(heldout[:5], positions=2_000) == heldout[:5]  # a small split is measured whole
