@@ -75,8 +75,8 @@ def diagnose_pipeline(answer: str | None, lanes: Mapping, ar_tokens_per_s: float
                       n_layers: int) -> bool | None:
     """"Which cost the pipeline more?": the rejections (``acceptance``) or a tick longer than its layers'
     share of an ``ar`` step (``tick``), measured from the lanes run's stage ticks."""
-    gains = {term: pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)[term]
-             for term in PIPELINE_TERMS}
+    counterfactuals = pipeline_counterfactuals(lanes, ar_tokens_per_s, exit_layer, n_layers)
+    gains = {term: counterfactuals[term] for term in PIPELINE_TERMS}
     return check_costliest(answer, gains, lanes["tokens_per_s"] / ar_tokens_per_s,
                            explanation=" · ".join(f"{t} at its ideal: {g:.2f}×" for t, g in gains.items()),
                            hint="compare ticks per token with 1, and the tick with its layers' share of ar's step.")
