@@ -19,6 +19,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -45,6 +46,26 @@ typedef struct {
     float eps, scaling, rope_scaling;
     int bf16; /* weights, cache and hidden states in bf16 (else fp32) */
 } Shape;
+
+/* ---- what an entry point returns: 0, or which of its arguments it refused (step.py names them) ---------- */
+enum {
+    SPECVIZ_OK = 0,
+    SPECVIZ_BAD_SHAPE = -1,    /* a size in Shape out of range (head_dim 2..512 and even, heads a multiple of kv_heads) */
+    SPECVIZ_BAD_ROWS = -2,     /* M < 1 */
+    SPECVIZ_BAD_THREADS = -3,  /* threads not in 1..1024 */
+    SPECVIZ_BAD_POINTER = -4,  /* a NULL tensor */
+    SPECVIZ_BAD_CACHE = -5,    /* prefix < 0, or prefix + M past the cache's capacity */
+    SPECVIZ_BAD_POSITION = -6, /* a negative position */
+    SPECVIZ_NO_MEMORY = -7,
+};
+
+static int check_shape(const Shape *s) {
+    if (!s || s->d < 1 || s->heads < 1 || s->kv_heads < 1 || s->heads % s->kv_heads || s->head_dim < 2 ||
+        s->head_dim > 512 || s->head_dim % 2 || s->inter < 1 || s->capacity < 1)
+        return SPECVIZ_BAD_SHAPE;
+    return SPECVIZ_OK;
+}
+static int check_threads(int threads) { return threads >= 1 && threads <= 1024 ? SPECVIZ_OK : SPECVIZ_BAD_THREADS; }
 
 /* ---- bf16 ------------------------------------------------------------------------------------- */
 static inline float bf16_to_f32(uint16_t h) {
@@ -450,9 +471,24 @@ static void meet(Barrier *b, int team, int *sense) {
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
  * positions [M]; prefix: cache entries before these rows (the same for every layer given);
  * allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
-void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidden, int64_t M,
-                    const int64_t *positions, int64_t prefix, const uint8_t *allowed, const float *inv_freq,
-                    float *work_base, int threads) {
+int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidden, int64_t M,
+                   const int64_t *positions, int64_t prefix, const uint8_t *allowed, const float *inv_freq,
+                   float *work_base, int threads) {
+    int bad = check_shape(s);
+    if (bad) return bad;
+    if (M < 1) return SPECVIZ_BAD_ROWS;
+    if ((bad = check_threads(threads))) return bad;
+    if (n_layers < 0 || (n_layers && !layers) || !hidden || !positions || !inv_freq || !work_base)
+        return SPECVIZ_BAD_POINTER;
+    if (prefix < 0 || prefix + M > s->capacity) return SPECVIZ_BAD_CACHE;
+    for (int64_t m = 0; m < M; m++)
+        if (positions[m] < 0) return SPECVIZ_BAD_POSITION;
+    for (int li = 0; li < n_layers; li++) {
+        const Layer *ly = &layers[li];
+        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->gate || !ly->up || !ly->down || !ly->norm1 || !ly->norm2 ||
+            !ly->keys || !ly->values)
+            return SPECVIZ_BAD_POINTER;
+    }
     const int bf16 = s->bf16;
     const int64_t d = s->d, hd = s->head_dim, q_size = s->heads * hd, kv_size = s->kv_heads * hd;
     const int64_t qkv_size = q_size + 2 * kv_size, L = prefix + M, groups = s->heads / s->kv_heads;
@@ -570,11 +606,17 @@ void specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hid
         }
     }
     for (int64_t i = 0; i < M * d; i++) store_hidden(hidden, bf16, i, w.residual[i]);
+    return SPECVIZ_OK;
 }
 
 /* Final norm and LM head: logits [M, vocab] fp32 from hidden [M, d] in the model's dtype. */
-void specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm, const void *head, int64_t vocab,
-                  float *logits, float *work_base, int threads) {
+int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm, const void *head, int64_t vocab,
+                 float *logits, float *work_base, int threads) {
+    int bad = check_shape(s);
+    if (bad) return bad;
+    if (M < 1) return SPECVIZ_BAD_ROWS;
+    if ((bad = check_threads(threads))) return bad;
+    if (!hidden || !norm || !head || !logits || !work_base || vocab < 1) return SPECVIZ_BAD_POINTER;
     const int bf16 = s->bf16;
     Work w;
     layout(s, M, threads, work_base, &w);
@@ -589,4 +631,41 @@ void specviz_head(const Shape *s, const void *hidden, int64_t M, const void *nor
         share(vocab, thread, team, &n0, &n1);
         product(head, bf16, &w.normed, M, s->d, n0, n1, logits, vocab);
     }
+    return SPECVIZ_OK;
+}
+
+/* A plain product for the drafters' own linear maps: y [M, N] fp32 = x [M, K] w [N, K]^T (+ bias [N]), x, w and
+ * bias in the model's dtype (bf16 != 0: bf16), summed as every product here is: row-invariant. */
+int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int64_t N, const void *bias, int bf16,
+                   float *y, int threads) {
+    if (M < 1) return SPECVIZ_BAD_ROWS;
+    if (K < 1 || N < 1) return SPECVIZ_BAD_SHAPE;
+    int bad = check_threads(threads);
+    if (bad) return bad;
+    if (!x || !w || !y) return SPECVIZ_BAD_POINTER;
+    Input in;
+    in.Kp = padded(K);
+    in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
+    in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
+    if (!in.f || !in.h) {
+        free(in.f);
+        free(in.h);
+        return SPECVIZ_NO_MEMORY;
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) input_set(&in, bf16, m, k, load_hidden(x, bf16, m * K + k));
+#pragma omp parallel num_threads(threads)
+    {
+        int thread, team;
+        team_position(&thread, &team);
+        int64_t n0, n1;
+        share(N, thread, team, &n0, &n1);
+        product(w, bf16, &in, M, K, n0, n1, y, N);
+        if (bias)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = n0; n < n1; n++) y[m * N + n] += load_hidden(bias, bf16, n);
+    }
+    free(in.f);
+    free(in.h);
+    return SPECVIZ_OK;
 }

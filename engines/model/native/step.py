@@ -60,14 +60,30 @@ def _library():
         lib.specviz_layers.argtypes = [ctypes.POINTER(Shape), ctypes.POINTER(LayerPointers), ctypes.c_int,
                                        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        lib.specviz_layers.restype = None
+        lib.specviz_layers.restype = ctypes.c_int
         lib.specviz_head.argtypes = [ctypes.POINTER(Shape), ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        lib.specviz_head.restype = None
+        lib.specviz_head.restype = ctypes.c_int
+        lib.specviz_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                       ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        lib.specviz_linear.restype = ctypes.c_int
         lib.specviz_work_floats.argtypes = [ctypes.POINTER(Shape), ctypes.c_int64, ctypes.c_int]
         lib.specviz_work_floats.restype = ctypes.c_int64
         lib._specviz_typed = True
     return lib
+
+
+# what step.c's entry points return when they refuse an argument (its enum of the same names)
+_REFUSALS = {-1: "a size of the model's shape out of range (head_dim 2..512 and even, heads a multiple of kv_heads)",
+             -2: "no rows", -3: "a thread count outside 1..1024", -4: "a missing (NULL) tensor",
+             -5: "a cache index past the cache's capacity, or negative", -6: "a negative position",
+             -7: "no memory for the product's input"}
+
+
+def _checked(code: int, call: str) -> None:
+    """Raise where a C entry point refused its arguments (it returns before touching any buffer)."""
+    if code:
+        raise ValueError(f"native step ({call}) refused its arguments: {_REFUSALS.get(code, f'error {code}')}")
 
 
 def _warn_once(why: str) -> None:
@@ -173,9 +189,10 @@ class NativeStep:
         threads = torch.get_num_threads()
         shape = self.shape(cache.capacity)
         work = self._work_for(shape, n, threads)
-        self.lib.specviz_layers(ctypes.byref(shape), pointers, len(layers), out.data_ptr(), n, positions.data_ptr(),
-                                prefix, allowed.data_ptr() if allowed is not None else None,
-                                self.inv_freq.data_ptr(), work.data_ptr(), threads)
+        _checked(self.lib.specviz_layers(ctypes.byref(shape), pointers, len(layers), out.data_ptr(), n,
+                                         positions.data_ptr(), prefix,
+                                         allowed.data_ptr() if allowed is not None else None,
+                                         self.inv_freq.data_ptr(), work.data_ptr(), threads), "layers")
         for index in indices:
             cache.lengths[index - cache.first_layer] = prefix + n
         return out.view(1, n, self.d)
@@ -188,9 +205,23 @@ class NativeStep:
         threads = torch.get_num_threads()
         shape = self.shape(1)
         work = self._work_for(shape, n, threads)
-        self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, norm.weight.data_ptr(), head.data_ptr(),
-                              head.shape[0], logits.data_ptr(), work.data_ptr(), threads)
+        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, norm.weight.data_ptr(),
+                                       head.data_ptr(), head.shape[0], logits.data_ptr(), work.data_ptr(), threads),
+                 "head")
         return logits
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ weight.T (+ bias)`` as fp32 ``[..., N]``, summed as the step sums (row-invariant): a drafter's
+        own maps (EAGLE's fc, an exit head's projection) at the step's speed rather than PyTorch's per call."""
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        weight = weight.contiguous()
+        bias = bias.contiguous() if bias is not None else None
+        out = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
+        _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.data_ptr(),
+                                         weight.shape[0], bias.data_ptr() if bias is not None else None,
+                                         int(self.dtype == torch.bfloat16), out.data_ptr(),
+                                         torch.get_num_threads()), "linear")
+        return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: torch.Tensor,
