@@ -146,7 +146,7 @@ def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_p
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # nothing built here yet
     monkeypatch.setattr(library, "_loaded", {})
-    monkeypatch.setattr(library, "compiler", lambda: None)
+    monkeypatch.setattr(library, "compilers", lambda: [])
     monkeypatch.setattr(native_step, "_warned", set())
     caplog.set_level("WARNING", logger=native_step.__name__)
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))

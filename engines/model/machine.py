@@ -8,6 +8,8 @@ only what needs a flag to build.
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
 from pathlib import Path
 
 
@@ -28,13 +30,42 @@ def write_cache_file(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
+def cpuinfo_text() -> str:
+    """``/proc/cpuinfo`` as text, or ``""`` where it cannot be read (macOS, Windows, a sandbox)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags (``/proc/cpuinfo``); empty where that cannot be read (macOS, Windows, a
     sandbox), which only turns off what needs a flag: bf16 as the CPU default, the compiled fp32 kernel."""
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except (OSError, UnicodeDecodeError):
-        return frozenset()
+    return frozenset(cpuinfo_text().split())
+
+
+def cpu_identity() -> str:
+    """What a build for ``-march=native`` depends on, and nothing that moves from boot to boot: on Linux the
+    first CPU's ``flags`` line (``Features`` on Arm) and ``model name`` — not ``cpu MHz`` or ``bogomips``,
+    which would make every boot look like a new machine and rebuild; on macOS the brand string; elsewhere
+    :func:`platform.processor`."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo_text().splitlines():
+        name, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(name.strip().lower(), " ".join(sorted(value.split())))
+    if fields:
+        flags = fields.get("flags") or fields.get("features", "")
+        return f"{fields.get('model name', '')}|{flags}"
+    if platform.system() == "Darwin":
+        try:
+            found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=5, check=False)
+            if found.returncode == 0 and found.stdout.strip():
+                return found.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor()
 
 
 def cpu_supports_bf16() -> bool:

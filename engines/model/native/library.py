@@ -2,16 +2,24 @@
 
 The engine's native kernels are plain C with OpenMP (no PyTorch headers, so a build takes a second or two,
 not minutes). Each is compiled on the machine that runs it, for that machine's instruction set
-(``-march=native``): the library's name carries a digest of the source, the flags, the compiler and the CPU's
-feature flags, so a cache shared between machines never loads a build made for another CPU. Where no C
-compiler is found, or the build fails, :func:`load` returns ``None`` with the reason, and the caller keeps
-PyTorch's path (correct, slower) and says so once.
+(``-march=native``; ``SPECVIZ_NATIVE_ISA=avx2`` builds for ``x86-64-v3`` instead — AVX2, FMA and F16C, no
+AVX-512 — to measure or ship the AVX2 build on any x86-64 machine). The library's name carries a digest of
+everything the build depends on: the source, the compiler (its path and version), the flags, the machine and the
+CPU's identity (model name and feature flags, not its clock: :func:`~engines.model.machine.cpu_identity`), so
+a cache shared between machines never loads a build made for another CPU, and a reboot never rebuilds.
+
+Compilers are tried in turn (``CC``, else gcc or cc; then clang), each with OpenMP first; the builds with and
+without OpenMP carry different names, and a single-threaded build is said once. A compiler's refusal is
+remembered next to where its library would be (``.failed``, keyed like the library), so a failing compiler
+costs one attempt per change, not one per process. Where no compiler builds it, :func:`load` returns
+``None`` with the reason, and the caller keeps PyTorch's path (correct, slower) and says so once.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -19,13 +27,39 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
-from engines.model.machine import cache_dir, cpu_flags
+from engines.model.machine import cache_dir, cpu_flags, cpu_identity
 
+ISA_VARIABLE = "SPECVIZ_NATIVE_ISA"
+ISAS = ("native", "avx2")
+_X86 = ("x86_64", "amd64")
+_ARM = ("aarch64", "arm64")
+# what -march=x86-64-v3 lets the compiler use (and the CPU must have: a build using them elsewhere dies of SIGILL)
+_AVX2_FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2"})
+
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
-_loaded: dict[str, "Loaded"] = {}
+_loaded: dict[tuple[str, str], "Loaded"] = {}
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """How a library was built: the compiler (path and the first line of its ``--version``), the flags, whether
+    with OpenMP, and for which instruction set (``native`` or ``avx2``)."""
+
+    compiler: str
+    version: str
+    flags: tuple[str, ...]
+    openmp: bool
+    isa: str
+
+    def describe(self) -> str:
+        threads = "OpenMP" if self.openmp else "no OpenMP (one thread)"
+        return f"{self.compiler} ({self.version}), {' '.join(self.flags)}, {threads}, ISA {self.isa}"
 
 
 @dataclass(frozen=True)
@@ -35,24 +69,68 @@ class Loaded:
     library: ctypes.CDLL | None
     why_not: str = ""
     path: Path | None = None
+    info: BuildInfo | None = None
+    digest: str = ""
+    attempts: tuple[str, ...] = field(default=())
+
+
+def isa() -> str:
+    """The instruction set to build for, from ``SPECVIZ_NATIVE_ISA``: ``native`` (the default: this CPU's own,
+    AVX-512 where it has it) or ``avx2`` (x86-64 only: ``-march=x86-64-v3``)."""
+    value = os.environ.get(ISA_VARIABLE, "").strip().lower() or "native"
+    if value not in ISAS:
+        raise ValueError(f"{ISA_VARIABLE} must be one of {', '.join(ISAS)}; got {value!r}")
+    if value == "avx2" and platform.machine().lower() not in _X86:
+        raise ValueError(f"{ISA_VARIABLE}=avx2 builds for x86-64 only; this machine is {platform.machine()}")
+    return value
+
+
+def compilers() -> list[str]:
+    """The compilers to try, in order: the configured one (``CC``, else gcc or cc), then clang, each once."""
+    found = [os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc"), shutil.which("clang")]
+    ordered: list[str] = []
+    for cc in found:
+        if cc and cc not in ordered:
+            ordered.append(cc)
+    return ordered
 
 
 def compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    """The first compiler to try (other native kernels build with it alone)."""
+    found = compilers()
+    return found[0] if found else None
 
 
-def flags() -> list[str]:
-    """Optimised for this CPU, with OpenMP where the compiler has it (macOS's clang does not: one thread)."""
+@lru_cache(maxsize=None)
+def compiler_version(cc: str) -> str:
+    """The first line of ``cc --version`` (``gcc (Debian 12.2.0-14) 12.2.0``): an upgraded compiler is a new
+    build. ``""`` where it does not say."""
+    try:
+        done = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return next((line.strip() for line in done.stdout.splitlines() if line.strip()), "")
+
+
+def flags(isa_name: str | None = None) -> list[str]:
+    """Optimised for this CPU (or for x86-64-v3 with ``isa_name="avx2"``), without OpenMP's flag (added per
+    attempt by the build)."""
+    isa_name = isa_name or isa()
     base = ["-O3", "-shared", "-fPIC", "-ffp-contract=fast"]
-    if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64"):
-        base.append("-march=native" if platform.machine().lower() in ("x86_64", "amd64") else "-mcpu=native")
+    machine = platform.machine().lower()
+    if machine in _X86:
+        base.append("-march=x86-64-v3" if isa_name == "avx2" else "-march=native")
+    elif machine in _ARM:
+        base.append("-mcpu=native")
     if sys.platform == "darwin":
         base += ["-undefined", "dynamic_lookup"]
     return base
 
 
 def _digest(source: str, cc: str, build_flags: list[str]) -> str:
-    text = "\n".join([source, cc, " ".join(build_flags), platform.machine(), " ".join(sorted(cpu_flags()))])
+    """What a build depends on, and nothing else: the source, the compiler and its version, the flags, the
+    machine, the CPU's model and feature flags (its clock and bogomips move from boot to boot)."""
+    text = "\n".join([source, cc, compiler_version(cc), " ".join(build_flags), platform.machine(), cpu_identity()])
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -69,44 +147,97 @@ def build_error(error: Exception) -> str:
     return (first or str(error) or type(error).__name__)[:200]
 
 
-def _compile(cc: str, source_path: Path, target: Path) -> None:
-    """Build with OpenMP; where the compiler refuses ``-fopenmp``, build single-threaded."""
+def _run_compiler(command: list[str]) -> None:
+    """One compiler run (a module function, so a test can stand in for the compiler)."""
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+
+
+def _compile(cc: str, build_flags: list[str], source_path: Path, target: Path) -> None:
+    """Build ``target`` with exactly ``build_flags``; it appears whole or not at all."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="specviz-native-") as folder:
         built = Path(folder) / target.name
-        attempts = [[*flags(), "-fopenmp"], flags()]
-        for attempt, build_flags in enumerate(attempts):
-            try:
-                subprocess.run([cc, *build_flags, str(source_path), "-o", str(built), "-lm"], check=True,
-                               capture_output=True, timeout=300)
-                break
-            except subprocess.CalledProcessError:
-                if attempt == len(attempts) - 1:
-                    raise
+        _run_compiler([cc, *build_flags, str(source_path), "-o", str(built), "-lm"])
         staging = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # a rename within one file system
         shutil.copyfile(built, staging)
         os.replace(staging, target)  # atomic: a half-written library is never loaded
 
 
+def _built(cc: str, build_flags: list[str], source_path: Path, target: Path) -> str | None:
+    """Make sure ``target`` exists: ``None`` once it does, else why the compiler refused it. A refusal is kept
+    beside the target (same key), so the next process does not pay for the same failed build."""
+    if target.exists():
+        return None
+    refused = target.with_name(target.name + ".failed")
+    if refused.exists():
+        return refused.read_text(errors="replace").strip() or "failed before"
+    try:
+        _compile(cc, build_flags, source_path, target)
+        return None
+    except subprocess.CalledProcessError as error:  # the compiler said no: the same key will fail the same way
+        why = build_error(error)
+        staging = refused.with_name(f"{refused.name}.{os.getpid()}.tmp")
+        staging.write_text(why + "\n")
+        os.replace(staging, refused)
+        return why
+    except (OSError, subprocess.SubprocessError) as error:  # a missing program, a timeout: worth trying again
+        return build_error(error)
+
+
+def _cpu_refuses(isa_name: str) -> str:
+    """Why this CPU cannot run a build for ``isa_name`` (an AVX2 build on a CPU without AVX2 dies of SIGILL),
+    or ``""``. Where the CPU's flags cannot be read, nothing is assumed."""
+    known = cpu_flags()
+    missing = sorted(_AVX2_FLAGS - known) if isa_name == "avx2" and known else []
+    return f"{ISA_VARIABLE}=avx2, but this CPU lacks {', '.join(missing)}" if missing else ""
+
+
 def load(source_path: Path) -> Loaded:
-    """The compiled library for ``source_path`` (built into the cache on first use), once per process."""
-    key = str(source_path)
+    """The compiled library for ``source_path`` (built into the cache on first use), once per process and ISA."""
+    key = (str(source_path), isa())
     if key not in _loaded:
         with _lock:
             if key not in _loaded:
-                _loaded[key] = _load(source_path)
+                _loaded[key] = _load(source_path, key[1])
     return _loaded[key]
 
 
-def _load(source_path: Path) -> Loaded:
-    cc = compiler()
-    source = source_path.read_text()
-    if cc is None:
+def _load(source_path: Path, isa_name: str) -> Loaded:
+    candidates = compilers()
+    if not candidates:
         return Loaded(None, "no C compiler found (set CC, or install gcc or clang)")
-    target = cache_dir() / "kernels" / f"{source_path.stem}-{_digest(source, cc, flags())}{_suffix()}"
-    try:
-        if not target.exists():
-            _compile(cc, source_path, target)
-        return Loaded(ctypes.CDLL(str(target)), path=target)
-    except (OSError, subprocess.SubprocessError) as error:
-        return Loaded(None, f"the native step failed to build or load ({build_error(error)})")
+    refused = _cpu_refuses(isa_name)
+    if refused:
+        return Loaded(None, refused)
+    source = source_path.read_text()
+    attempts: list[str] = []
+    # every compiler with OpenMP before any without: a multi-threaded build from the second compiler beats a
+    # single-threaded one from the first
+    for openmp in (True, False):
+        for cc in candidates:
+            build_flags = [*flags(isa_name), "-fopenmp"] if openmp else flags(isa_name)
+            digest = _digest(source, cc, build_flags)
+            name = f"{source_path.stem}-{digest}-{isa_name}-{'omp' if openmp else 'noomp'}{_suffix()}"
+            target = cache_dir() / "kernels" / name
+            why = _built(cc, build_flags, source_path, target)
+            if why is not None:
+                attempts.append(f"{Path(cc).name}{'' if openmp else ' without OpenMP'}: {why}")
+                continue
+            try:
+                library = ctypes.CDLL(str(target))
+            except OSError as error:
+                attempts.append(f"{Path(cc).name}: cannot load {target.name} ({build_error(error)})")
+                continue
+            info = BuildInfo(cc, compiler_version(cc), tuple(build_flags), openmp, isa_name)
+            if not openmp:
+                _warn_once(str(target), f"specviz: {source_path.name} built without OpenMP: the step runs on one "
+                           f"thread ({attempts[0] if attempts else 'no OpenMP'})")
+            return Loaded(library, path=target, info=info, digest=digest, attempts=tuple(attempts))
+    return Loaded(None, f"the native step failed to build or load ({'; '.join(attempts)})", attempts=tuple(attempts))
+
+
+def _warn_once(key: str, message: str) -> None:
+    """Log ``message`` once per process for ``key`` (a library: every load of it after the first is silent)."""
+    if key not in _warned:
+        _warned.add(key)
+        _log.warning(message)

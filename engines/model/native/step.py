@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import weakref
 from pathlib import Path
 
 import torch
@@ -98,10 +99,100 @@ def available() -> bool:
 
 
 def build_id() -> str:
-    """Which build of ``step.c`` runs here (a digest of its source, flags, compiler and CPU), or ``""`` where none
-    does: measurements cached with it (the verify-cost curve, the default dtype) are retaken after a change."""
-    path = library.load(SOURCE).path
-    return path.stem.rsplit("-", 1)[-1] if path is not None else ""
+    """Which build of ``step.c`` runs here (a digest of its source, flags, compiler and CPU, then its ISA:
+    ``native`` or ``avx2``, and ``-noomp`` for a single-threaded build), or ``""`` where none does:
+    measurements cached with it (the verify-cost curve, the default dtype) are retaken after a change, and
+    those of the AVX2 build never mix with the native build's."""
+    loaded = library.load(SOURCE)
+    if loaded.info is None:
+        return ""
+    return f"{loaded.digest}-{loaded.info.isa}" + ("" if loaded.info.openmp else "-noomp")
+
+
+def build_info() -> library.BuildInfo | None:
+    """How the native step running here was built (compiler, flags, OpenMP, ISA), or ``None`` where none runs."""
+    return library.load(SOURCE).info
+
+
+def build_description() -> str:
+    """One line on the build: what :func:`build_info` says, or why there is none."""
+    loaded = library.load(SOURCE)
+    return loaded.info.describe() if loaded.info is not None else f"none ({loaded.why_not})"
+
+
+# --- the boundary: what every tensor handed to step.c must be -------------------------------------------------
+# step.c trusts its pointers: a tensor of the wrong dtype, shape or layout is read (or written) past its end, or
+# read as other numbers. So every argument is checked here first and refused with a ValueError naming it. The
+# weights and the cache are checked once and remembered by what would change if they did (data pointer, shape,
+# dtype, layout), so the checks cost a few µs a step; the memory budget's weight streamer swaps weights in and
+# out, and a swapped weight has a new pointer, so it is checked again.
+
+class CacheError(ValueError, RuntimeError):
+    """A cache the native step refuses: a ``ValueError`` like every refusal here, and a ``RuntimeError`` like
+    :meth:`KVCache.update`'s on PyTorch's path (capacity exceeded), so a caller catches both paths alike."""
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _describe(value) -> str:
+    """What a value handed to the step is, in the words its refusal uses: ``float32 [3, 128, 64] contiguous on cpu``."""
+    if not isinstance(value, torch.Tensor):
+        return f"a {type(value).__name__}"
+    strided = value.layout == torch.strided
+    layout = ("contiguous" if value.is_contiguous() else "non-contiguous") if strided else str(value.layout)
+    return f"{_dtype_name(value.dtype)} {list(value.shape)} {layout} on {value.device}"
+
+
+def _fits(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's storage holds every element its shape names (a storage can be shrunk under it)."""
+    needed = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    return tensor.untyped_storage().nbytes() >= needed and (tensor.numel() == 0 or tensor.data_ptr() != 0)
+
+
+def require(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """Refuse ``tensor`` unless it is exactly what step.c reads: ``dtype``, ``shape``, contiguous, on the CPU."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and tensor.device.type == "cpu"
+            and tensor.dtype == dtype and tuple(tensor.shape) == tuple(shape) and tensor.is_contiguous()
+            and _fits(tensor)):
+        got = _describe(tensor)
+        if isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and not _fits(tensor):
+            got += f" whose storage holds only {tensor.untyped_storage().nbytes()} bytes"
+        wanted = "[" + ", ".join(str(size) for size in shape) + "]"
+        raise ValueError(f"{name} must be {_dtype_name(dtype)} {wanted} contiguous on cpu, got {got}")
+
+
+def _key(tensors) -> tuple | None:
+    """What would change if a checked tensor changed: its data pointer, shape, dtype and contiguity (``None``
+    for what is no plain tensor: it is checked, and refused, every time)."""
+    try:
+        return tuple([(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in tensors])
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError):
+        return None
+
+
+# a layer's weights as step.c takes them (its Layer struct's order), with the names refusals use
+WEIGHT_NAMES = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                "input_layernorm.weight", "post_attention_layernorm.weight")
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    """``module.weight``, read from its parameters where it is one: ``nn.Module.__getattr__`` costs ~0.5 µs a
+    call, and a step reads 9 weights a layer (a parametrized or plain-tensor weight takes the slow way)."""
+    weight = module._parameters.get("weight")
+    return weight if weight is not None else module.weight
+
+
+def _weights(layer: nn.Module) -> tuple:
+    """The layer's weights in ``WEIGHT_NAMES``' order, looked up anew every call (a replaced module is seen)."""
+    modules = layer._modules
+    attention, mlp = modules["self_attn"]._modules, modules["mlp"]._modules
+    return (_weight(attention["q_proj"]), _weight(attention["k_proj"]), _weight(attention["v_proj"]),
+            _weight(attention["o_proj"]), _weight(mlp["gate_proj"]), _weight(mlp["up_proj"]),
+            _weight(mlp["down_proj"]), _weight(modules["input_layernorm"]),
+            _weight(modules["post_attention_layernorm"]))
 
 
 def _is_llama(layer: nn.Module) -> bool:
@@ -125,6 +216,13 @@ class NativeStep:
         self.inv_freq = rotary.inv_freq.detach().float().contiguous()
         self.rope_scaling = float(getattr(rotary, "attention_scaling", 1.0))
         self._work = torch.empty(0, dtype=torch.float32)
+        q, kv = self.heads * head_dim, self.kv_heads * head_dim
+        d, inter = self.d, self.inter
+        self.weight_shapes = ((q, d), (kv, d), (kv, d), (d, q), (inter, d), (inter, d), (d, inter), (d,), (d,))
+        # what was checked, by what would change if it did (see _key): layers by id, caches weakly
+        self._checked_layers: dict[int, tuple] = {}
+        self._checked_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._checked_heads: set[tuple] = set()
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -158,34 +256,30 @@ class NativeStep:
 
     def layers(self, layers: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor,
                mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
-        """Layers in sequence on ``hidden`` ``[1, n, d]``; their keys and values are appended to ``cache``."""
-        n = hidden.shape[1]
+        """Layers in sequence on ``hidden`` ``[1, n, d]``; their keys and values are appended to ``cache``.
+        Every argument is checked first (:func:`require`): a wrong one raises ``ValueError`` naming it."""
+        n = self._rows(hidden)
+        if not layers:
+            raise ValueError("layers must name at least one layer")
         indices = [layer.self_attn.layer_idx for layer in layers]
         if cache is None:  # a pass without a cache attends within itself: a scratch cache of n entries
             cache = KVCache(max(indices) + 1, self.kv_heads, self.head_dim, n, self.dtype)
-        prefix = cache.length(indices[0])
-        if any(cache.length(i) != prefix for i in indices):
-            raise RuntimeError("the layers of one native call must hold caches of the same length")
+        slots = self._check_cache(cache, indices)
+        prefix = cache.lengths[slots[0]]
+        if any(cache.lengths[i] != prefix for i in slots):
+            raise CacheError("the layers of one native call must hold caches of the same length, got "
+                             f"{[cache.lengths[i] for i in slots]} for layers {indices}")
         if prefix + n > cache.capacity:
-            raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded at layer {indices[0]}")
-        allowed = None
-        if mask is not None:
-            length = prefix + n
-            allowed = (mask[0, 0, :, :length] > torch.finfo(mask.dtype).min / 2).to(torch.uint8).contiguous()
-            if allowed.shape != (n, length):
-                raise ValueError(f"mask must cover {n} rows and {length} cached entries, got {tuple(mask.shape)}")
+            raise CacheError(f"KV cache capacity {cache.capacity} exceeded at layer {indices[0]}: "
+                             f"{prefix} cached + {n} new")
+        positions = self._positions(positions, n)
+        allowed = self._allowed(mask, n, prefix + n)
         pointers = (LayerPointers * len(layers))()
-        for slot, (layer, index) in enumerate(zip(layers, indices)):
-            attention, mlp = layer.self_attn, layer.mlp
-            i = index - cache.first_layer
-            pointers[slot] = LayerPointers(
-                attention.q_proj.weight.data_ptr(), attention.k_proj.weight.data_ptr(),
-                attention.v_proj.weight.data_ptr(), attention.o_proj.weight.data_ptr(),
-                mlp.gate_proj.weight.data_ptr(), mlp.up_proj.weight.data_ptr(), mlp.down_proj.weight.data_ptr(),
-                layer.input_layernorm.weight.data_ptr(), layer.post_attention_layernorm.weight.data_ptr(),
-                cache.keys[i].data_ptr(), cache.values[i].data_ptr())
-        out = hidden.reshape(n, self.d).clone()
-        positions = positions.reshape(-1).to(torch.int64).contiguous()
+        for slot, (layer, index, i) in enumerate(zip(layers, indices, slots)):
+            weights = self._check_weights(layer, index)
+            pointers[slot] = LayerPointers(*(pointer for pointer, *_ in weights),
+                                           cache.keys[i].data_ptr(), cache.values[i].data_ptr())
+        out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
         threads = torch.get_num_threads()
         shape = self.shape(cache.capacity)
         work = self._work_for(shape, n, threads)
@@ -193,35 +287,144 @@ class NativeStep:
                                          positions.data_ptr(), prefix,
                                          allowed.data_ptr() if allowed is not None else None,
                                          self.inv_freq.data_ptr(), work.data_ptr(), threads), "layers")
-        for index in indices:
-            cache.lengths[index - cache.first_layer] = prefix + n
+        for i in slots:
+            cache.lengths[i] = prefix + n
         return out.view(1, n, self.d)
 
     def head(self, hidden: torch.Tensor, norm: nn.Module, head: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head: fp32 logits ``[n, vocab]`` for ``hidden`` ``[1, n, d]``."""
-        n = hidden.shape[1]
+        n = self._rows(hidden)
+        weight = getattr(norm, "weight", None)
+        key = _key((weight, head))
+        if key is None or key not in self._checked_heads:
+            require("the final norm's weight", weight, self.dtype, (self.d,))
+            vocab = head.shape[0] if isinstance(head, torch.Tensor) and head.dim() == 2 and head.shape[0] else "vocab"
+            require("the LM head", head, self.dtype, (vocab, self.d))
+            if len(self._checked_heads) >= 64:  # the target's head and a few drafters' row sets; stale ones go
+                self._checked_heads.clear()
+            self._checked_heads.add(key)
         rows = hidden.reshape(n, self.d).contiguous()
         logits = torch.empty(n, head.shape[0], dtype=torch.float32)
         threads = torch.get_num_threads()
         shape = self.shape(1)
         work = self._work_for(shape, n, threads)
-        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, norm.weight.data_ptr(),
+        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, weight.data_ptr(),
                                        head.data_ptr(), head.shape[0], logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ weight.T (+ bias)`` as fp32 ``[..., N]``, summed as the step sums (row-invariant): a drafter's
-        own maps (EAGLE's fc, an exit head's projection) at the step's speed rather than PyTorch's per call."""
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        own maps (EAGLE's fc, an exit head's projection) at the step's speed rather than PyTorch's per call.
+        ``x``, ``weight`` and ``bias`` are in the step's dtype, on the CPU (any layout: copied contiguous)."""
+        dtype = _dtype_name(self.dtype)
+        if not (isinstance(weight, torch.Tensor) and weight.dim() == 2 and weight.shape[0] >= 1
+                and weight.shape[1] >= 1 and weight.dtype == self.dtype and weight.device.type == "cpu"
+                and weight.layout == torch.strided):
+            raise ValueError(f"linear's weight must be {dtype} [N, K] (N, K ≥ 1) on cpu, got {_describe(weight)}")
+        out_features, in_features = weight.shape
+        if not (isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[-1] == in_features
+                and x.dtype == self.dtype and x.device.type == "cpu" and x.layout == torch.strided):
+            raise ValueError(f"linear's x must be {dtype} [..., {in_features}] on cpu (the weight's in-dim), "
+                             f"got {_describe(x)}")
+        if bias is not None and not (isinstance(bias, torch.Tensor) and tuple(bias.shape) == (out_features,)
+                                     and bias.dtype == self.dtype and bias.device.type == "cpu"
+                                     and bias.layout == torch.strided):
+            raise ValueError(f"linear's bias must be {dtype} [{out_features}] on cpu or None, got {_describe(bias)}")
+        rows = x.reshape(-1, in_features).contiguous()
+        if rows.shape[0] == 0:  # no rows: nothing to compute (step.c refuses M < 1)
+            return torch.empty(*x.shape[:-1], out_features, dtype=torch.float32)
         weight = weight.contiguous()
         bias = bias.contiguous() if bias is not None else None
-        out = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
-        _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.data_ptr(),
-                                         weight.shape[0], bias.data_ptr() if bias is not None else None,
+        out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
+        _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], in_features, weight.data_ptr(),
+                                         out_features, bias.data_ptr() if bias is not None else None,
                                          int(self.dtype == torch.bfloat16), out.data_ptr(),
                                          torch.get_num_threads()), "linear")
-        return out.view(*x.shape[:-1], weight.shape[0])
+        return out.view(*x.shape[:-1], out_features)
+
+    # --- the checks ---------------------------------------------------------------------------------------------
+    def _rows(self, hidden) -> int:
+        """``n`` for hidden states ``[1, n, d]`` in the step's dtype on the CPU (any layout: they are copied)."""
+        if not (isinstance(hidden, torch.Tensor) and hidden.dim() == 3 and hidden.shape[0] == 1
+                and hidden.shape[1] >= 1 and hidden.shape[2] == self.d and hidden.dtype == self.dtype
+                and hidden.device.type == "cpu" and hidden.layout == torch.strided):
+            raise ValueError(f"hidden must be {_dtype_name(self.dtype)} [1, n, {self.d}] (n ≥ 1) on cpu, "
+                             f"got {_describe(hidden)}")
+        return hidden.shape[1]
+
+    def _positions(self, positions, n: int) -> torch.Tensor:
+        """``positions`` as ``n`` non-negative int64s, contiguous (a copy where they were not)."""
+        if not (isinstance(positions, torch.Tensor) and positions.device.type == "cpu"
+                and positions.layout == torch.strided and not positions.dtype.is_floating_point
+                and not positions.dtype.is_complex and positions.dtype != torch.bool and positions.numel() == n):
+            raise ValueError(f"positions must be {n} integers on cpu (one per row of hidden), got "
+                             f"{_describe(positions)}")
+        flat = positions.reshape(-1).to(torch.int64).contiguous()
+        lowest = int(flat.min())
+        if lowest < 0:
+            raise ValueError(f"positions must be non-negative, got {lowest}")
+        return flat
+
+    def _allowed(self, mask, n: int, length: int) -> torch.Tensor | None:
+        """The additive mask ``[1, 1, n, ≥ length]`` as the bytes step.c reads (1: row may see entry), or ``None``."""
+        if mask is None:
+            return None
+        if not (isinstance(mask, torch.Tensor) and mask.dim() == 4 and mask.device.type == "cpu"
+                and mask.dtype.is_floating_point and mask.layout == torch.strided and mask.shape[0] >= 1
+                and mask.shape[1] >= 1):
+            raise ValueError(f"mask must be an additive float mask [1, 1, {n}, {length}] on cpu, got {_describe(mask)}")
+        allowed = (mask[0, 0, :, :length] > torch.finfo(mask.dtype).min / 2).to(torch.uint8).contiguous()
+        if allowed.shape != (n, length):
+            raise ValueError(f"mask must cover {n} rows and {length} cached entries, got {tuple(mask.shape)}")
+        return allowed
+
+    def _check_cache(self, cache, indices: list[int]) -> list[int]:
+        """The cache's slots for ``indices``, once each is checked: a :class:`KVCache` holding those layers, each's
+        keys and values ``[1, kv_heads, capacity, head_dim]`` in the step's dtype, contiguous on the CPU."""
+        if not isinstance(cache, KVCache):
+            raise ValueError(f"cache must be a KVCache or None, got {_describe(cache)}")
+        capacity, held, first = cache.capacity, len(cache.keys), cache.first_layer
+        if not (isinstance(capacity, int) and capacity >= 1 and len(cache.values) == held == len(cache.lengths)):
+            raise CacheError(f"cache must hold keys, values and lengths for each of its layers and a capacity ≥ 1, "
+                             f"got capacity {capacity!r}, {held} keys, {len(cache.values)} values, "
+                             f"{len(cache.lengths)} lengths")
+        checked = self._checked_caches.setdefault(cache, {})
+        shape = (1, self.kv_heads, capacity, self.head_dim)
+        slots = []
+        for index in indices:
+            i = index - first if isinstance(index, int) else -1
+            if not 0 <= i < held:
+                raise CacheError(f"cache index of layer {index!r} out of range: the cache holds layers "
+                                 f"{first}..{first + held - 1}")
+            keys, values = cache.keys[i], cache.values[i]
+            tensors = _key((keys, values))
+            key = (capacity, tensors)
+            if tensors is None or checked.get(i) != key:
+                require(f"keys of layer {index}", keys, self.dtype, shape)
+                require(f"values of layer {index}", values, self.dtype, shape)
+                checked[i] = key
+            length = cache.lengths[i]
+            if not (isinstance(length, int) and 0 <= length <= capacity):
+                raise CacheError(f"cache length of layer {index} must be in 0..{capacity}, got {length!r}")
+            slots.append(i)
+        return slots
+
+    def _check_weights(self, layer: nn.Module, index: int) -> tuple:
+        """The layer's weights as (data pointer, shape, dtype, contiguous), once each is checked against the
+        model's shapes: q ``[heads·head_dim, d]``, k and v ``[kv_heads·head_dim, d]``, o ``[d, heads·head_dim]``,
+        gate and up ``[inter, d]``, down ``[d, inter]``, the norms ``[d]``, all in the step's dtype, contiguous
+        on the CPU. A streamed layer's swapped weights have new pointers, so they are checked again."""
+        try:
+            weights = _weights(layer)
+        except (KeyError, AttributeError) as missing:
+            raise ValueError(f"layer {index} is no Llama layer the native step computes (it lacks {missing})") from None
+        key = _key(weights)
+        if key is None or self._checked_layers.get(id(layer)) != key:
+            for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
+                require(f"{name} of layer {index}", weight, self.dtype, shape)
+            self._checked_layers[id(layer)] = key
+        return key
 
 
 def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: torch.Tensor,
