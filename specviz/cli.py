@@ -10,6 +10,7 @@ from pathlib import Path
 from engines import Engine, get_method, write_jsonl
 from engines.core.trace import Commit, RunEnd
 from engines.lanes import LaneError, LaneSpec
+from engines.model.native.step import build_description as native_build_description
 
 from .cli_parser import MEMORY_STATS, build_parser, memory_arguments, method_option_fields
 from .views.tokens import ansi
@@ -273,7 +274,7 @@ def verify_cost_command(args) -> int:
         return 0
     kernels = list(curve.by_kernel)
     print(f"{engine.name}, {engine.dtype} on {engine.device}, {curve.threads} threads, {curve.prefix} tokens cached "
-          f"(curve cached as {curve.key})\nstep: {engine.step_description}")
+          f"(curve cached as {curve.key})\nstep: {engine.step_description}\nnative build: {native_build_description()}")
     print("| n | ms | × n=1 | kernel | " + " | ".join(f"{k} ms" for k in kernels) + " |")
     print("|---|---|---|---|" + "---|" * len(kernels))
     for n, seconds in curve.seconds.items():
@@ -314,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
+    if getattr(args, "isa", None):  # before any engine loads; lane workers inherit the environment
+        os.environ["SPECVIZ_NATIVE_ISA"] = args.isa
     try:
         return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError, LaneError) as error:

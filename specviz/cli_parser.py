@@ -40,6 +40,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def add_isa_argument(parser: argparse.ArgumentParser) -> None:
+    """Which build of the native step runs (``SPECVIZ_NATIVE_ISA`` for this process and the lane workers it
+    starts): its own curves and dtype choice are cached apart, so the AVX2 build can be measured on an AVX-512
+    machine without mixing the two."""
+    parser.add_argument("--isa", choices=["native", "avx2"], default=None,
+                        help="native step build: native (-march=native, the default) or avx2 (x86-64-v3: AVX2, FMA, "
+                             "F16C, no AVX-512; x86 only); sets SPECVIZ_NATIVE_ISA")
+
+
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """The memory-budget run setting (edge devices whose DRAM does not hold the model; engines.memory_budget.weight_stream)."""
     group = parser.add_argument_group("memory budget (emulated edge device; the target's layers only)")
@@ -108,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="verify n tokens with the bits of n one-token steps (auto: in bf16 on a CPU, where greedy "
                             "output then equals ar's; off: PyTorch's own attention, faster for many-token verifies)")
     add_memory_arguments(bench)
+    add_isa_argument(bench)
 
     disconnect = commands.add_parser("disconnection", help="MoA's disconnection experiment: the client continues "
                                                            "alone after B tokens (lossy); agreement with the connected run")
@@ -204,4 +214,5 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     cost.add_argument("--remeasure", action="store_true", help="measure again even if this machine's curve is cached")
     cost.add_argument("--json", action="store_true", help="print the curve as one JSON object")
+    add_isa_argument(cost)
     return parser

@@ -53,9 +53,9 @@ def cpu_identity() -> str:
     for line in cpuinfo_text().splitlines():
         name, colon, value = line.partition(":")
         if colon:
-            fields.setdefault(name.strip().lower(), " ".join(sorted(value.split())))
+            fields.setdefault(name.strip().lower(), value.strip())
     if fields:
-        flags = fields.get("flags") or fields.get("features", "")
+        flags = " ".join(sorted((fields.get("flags") or fields.get("features", "")).split()))
         return f"{fields.get('model name', '')}|{flags}"
     if platform.system() == "Darwin":
         try:
