@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -53,6 +54,18 @@ def test_generate_errors_are_clear():
     assert done.returncode == 2 and "known methods: ar, sps, pld, eesd" in done.stderr
     done = specviz("generate", "--method", "eesd", "--exit-layer", "40", "--prompt", "x")
     assert done.returncode == 2 and "exit_layer must be in [1, 29]" in done.stderr
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the AVX2 build is x86-64's")
+def test_verify_cost_names_the_native_build_and_keys_the_avx2_builds_curve_apart():
+    done = specviz("verify-cost", "--dtype", "bfloat16", "--isa", "avx2")
+    assert done.returncode == 0, done.stderr
+    header, step, build = done.stdout.splitlines()[:3]
+    if "native step" in step:
+        assert "-avx2-bfloat16-cpu" in header  # the AVX2 build's own curve, never the native build's
+        assert build.startswith("native build: ") and "-march=x86-64-v3" in build and build.endswith("ISA avx2")
+    else:  # no compiler here: the line says why
+        assert build.startswith("native build: none (")
 
 
 def test_bench_writes_results(tmp_path):
