@@ -55,6 +55,36 @@ def sample_draft_token(logits: torch.Tensor, sampler: Sampler) -> tuple[int, tor
     return sampler.draw(q), q
 
 
+def draft_token(logits: torch.Tensor, columns: torch.Tensor | None, vocab_size: int, sampler: Sampler,
+                sample=sample_draft_token) -> tuple[int, torch.Tensor | None, float]:
+    """The drafter's choice from one row of draft-vocabulary logits ``[V']`` (``columns``: each column's token id;
+    ``None``: column = token id): token, q (``None`` when greedy) and log q(token) for the trace.
+
+    Greedy needs no 49k-wide vector: the argmax is taken in the draft vocabulary and mapped back, and log q
+    over the draft vocabulary equals the full one (q is zero outside it). Sampled drafting scatters the row into
+    the full vocabulary and draws there through ``sample`` (the caller's ``sample_draft_token``), because the
+    rule judges the token against that very q (``Draft.probs`` ``[γ, V]``: the residual max(p − q, 0) needs it
+    over every token)."""
+    row = logits.float()
+    if sampler.greedy:
+        column = int(row.argmax())
+        token = column if columns is None else int(columns[column])
+        return token, None, float(row[column] - torch.logsumexp(row, -1))
+    full = row
+    if columns is not None:
+        full = torch.full((vocab_size,), float("-inf"), dtype=torch.float32, device=row.device)
+        full[columns] = row
+    token, q = sample(full, sampler)
+    return token, q, float(full[token] - torch.logsumexp(row, -1))
+
+
+def chain_draft(tokens: list[int], qs: list[torch.Tensor | None], logprobs: list[float],
+                hidden: torch.Tensor | None = None, exit_layer: int = 0) -> Draft:
+    """Bundle per-step choices of :func:`draft_token` into a :class:`Draft`."""
+    probs = torch.stack(qs) if qs and qs[0] is not None else None
+    return Draft(tokens, probs, logprobs, hidden, exit_layer)
+
+
 def finish_draft(tokens: list[int], qs: list[torch.Tensor | None], logits_rows: list[torch.Tensor],
                  hidden: torch.Tensor | None = None, exit_layer: int = 0) -> Draft:
     """Bundle per-step choices into a :class:`Draft`, with log q of each token for the trace."""

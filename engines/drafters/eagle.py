@@ -12,7 +12,7 @@ import torch
 
 from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
-from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.base import Draft, chain_draft, draft_token, sample_draft_token
 from engines.drafters.heads import EagleHead
 from engines.model.kv_cache import KVCache
 
@@ -48,13 +48,14 @@ class EagleDrafter:
         predicted = self._step(committed[self.synced + 1: self.synced + 1 + n], features)[:, -1:]
         self.synced += n
         self.features = []
-        tokens, qs, rows = [], [], []
+        shared = self.head.head
+        tokens, qs, logprobs = [], [], []
         for step in range(gamma):
-            logits = self.head.head.to_full(self.head(predicted)[0, -1])
-            token, q = sample_draft_token(logits, sampler)
+            token, q, logprob = draft_token(self.head(predicted)[0, -1], shared.vocab_ids, shared.vocab_size, sampler,
+                                            sample_draft_token)
             tokens.append(token)
             qs.append(q)
-            rows.append(logits)
+            logprobs.append(logprob)
             if step + 1 < gamma:
                 predicted = self._step([token], predicted)
-        return finish_draft(tokens, qs, rows)
+        return chain_draft(tokens, qs, logprobs)

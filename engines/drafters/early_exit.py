@@ -15,7 +15,7 @@ import torch
 
 from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
-from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.base import Draft, chain_draft, draft_token, sample_draft_token
 from engines.drafters.heads import DraftHead
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack
@@ -46,7 +46,11 @@ class SyncedHead:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits ``[n, V]`` for states ``[1, n, d]`` after the cached ones."""
-        return self.head.head.to_full(self.head(hidden, self.cache)[0])
+        return self.head.head.to_full(self.draft_logits(hidden))
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits ``[n, V']`` (columns: ``head.head.vocab_ids``) for states after the cached ones."""
+        return self.head(hidden, self.cache)[0]
 
 
 class EarlyExitDrafter:
@@ -66,12 +70,14 @@ class EarlyExitDrafter:
     def observe(self, seen: dict, n_valid: int) -> None:
         self.synced_head.observe(seen[self.exit_layer][:, :n_valid])
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last row's logits over the head's draft vocabulary and its columns' token ids (no head: the
+        model's own head, every token, ``None``)."""
         if self.head is None:
-            return self.target.logits(hidden)[-1]
+            return self.target.logits(hidden)[-1], None
         if self.synced_head is not None:
-            return self.synced_head.logits(hidden)[-1]
-        return self.head.head.to_full(self.head(hidden)[0, -1])
+            return self.synced_head.draft_logits(hidden)[-1], self.head.head.vocab_ids
+        return self.head(hidden)[0, -1], self.head.head.vocab_ids
 
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
         if gamma == 0:
@@ -79,13 +85,13 @@ class EarlyExitDrafter:
         if self.synced_head is not None:
             self.synced_head.sync()
         token = committed[-1]  # the target cache holds everything before it
-        tokens, qs, rows, hiddens = [], [], [], []
+        tokens, qs, logprobs, hiddens = [], [], [], []
         for _ in range(gamma):
             hidden = self.target.run(self.target.embed([token]), 0, self.exit_layer, self.cache)
             hiddens.append(hidden)
-            logits = self._logits(hidden)
-            token, q = sample_draft_token(logits, sampler)
+            logits, columns = self._logits(hidden)
+            token, q, logprob = draft_token(logits, columns, self.target.config.vocab_size, sampler, sample_draft_token)
             tokens.append(token)
             qs.append(q)
-            rows.append(logits)
-        return finish_draft(tokens, qs, rows, torch.cat(hiddens, dim=1), self.exit_layer)
+            logprobs.append(logprob)
+        return chain_draft(tokens, qs, logprobs, torch.cat(hiddens, dim=1), self.exit_layer)

@@ -20,9 +20,39 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engines.model.fused_layer import FusedLlamaLayer
 from engines.model.kernels import KernelPlan
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack, cache_keyword, decoder_pass
+from engines.model.native.step import NativeStep
+
+
+def native_for_draft(stack: LayerStack, hidden: torch.Tensor, *weights: torch.Tensor) -> NativeStep | None:
+    """The target's native step when a drafter's inference call can take it: the stack has one, no gradients
+    (training keeps PyTorch's autograd path), batch 1 in the model's dtype, and every weight in that dtype (the
+    step reads raw pointers). A drafted token on PyTorch's path costs 0.2–0.45 of a target step on a CPU, for a
+    head that holds ~7% of the target's weights: per-call overheads, which the step does not have."""
+    native = stack.native
+    if native is None or not native.runs(hidden, None) or any(w.dtype != native.dtype for w in weights):
+        return None
+    return native
+
+
+def runs_native(layer: nn.Module) -> bool:
+    """A decoder layer the native step computes (Llama, no biases, both RMSNorms; not CATS's attention-only
+    block), decided once per layer."""
+    known = layer.__dict__.get("_specviz_llama")
+    if known is None:
+        known = (FusedLlamaLayer.supports(layer) and hasattr(layer, "input_layernorm")
+                 and hasattr(layer, "post_attention_layernorm"))
+        layer.__dict__["_specviz_llama"] = known
+    return known
+
+
+def _same_eps(norm: nn.Module, native: NativeStep) -> bool:
+    """The step normalises with the model's epsilon: a norm with another one stays on PyTorch's path."""
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    return eps is not None and float(eps) == native.eps
 
 
 class SharedHead(nn.Module):
@@ -33,6 +63,7 @@ class SharedHead(nn.Module):
         self.__dict__["_rows"] = {}  # before the buffer: assigning vocab_ids clears this cache
         self.vocab_size = stack.config.vocab_size
         self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
+        self._stack = [stack]  # whose native step reads the rows out (a list: not a submodule)
         self._weight = [stack.model.lm_head.weight]  # a list hides it from parameters() and state_dict()
         # the matmul kernels tuned for this machine (engines.model.kernels), as the stack's own head runs them
         self.kernel_plan = getattr(stack.model.lm_head, "plan", None) or KernelPlan()
@@ -54,7 +85,19 @@ class SharedHead(nn.Module):
         return self._rows[dtype]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.kernel_plan.linear(hidden, self.rows(hidden.dtype), None)
+        return self.logits(hidden)
+
+    def logits(self, hidden: torch.Tensor, norm: nn.Module | None = None) -> torch.Tensor:
+        """Draft-vocabulary logits ``[1, n, V']`` of ``hidden`` ``[1, n, d]`` (after ``norm``, if given): at inference
+        on the target's native step (norm and head in one call, fp32 out), else PyTorch's path in the input's
+        dtype (training, a batch, no step)."""
+        rows = self.rows(hidden.dtype)
+        native = native_for_draft(self._stack[0], hidden, rows, *([norm.weight] if norm is not None else []))
+        if native is not None and (norm is None or _same_eps(norm, native)):
+            if norm is None:
+                return native.linear(hidden, rows)
+            return native.head(hidden, norm, rows).view(1, hidden.shape[1], -1)
+        return self.kernel_plan.linear(norm(hidden) if norm is not None else hidden, rows, None)
 
     def to_full(self, logits: torch.Tensor) -> torch.Tensor:
         full = torch.full((*logits.shape[:-1], self.vocab_size), float("-inf"), dtype=torch.float32,
@@ -111,8 +154,21 @@ class DraftHead(nn.Module):
 
     def _run_layer_at(self, layer: nn.Module, hidden: torch.Tensor, cache: KVCache | None, positions: torch.Tensor,
                       mask: torch.Tensor | None) -> torch.Tensor:
-        """The head's layer at explicit positions under an explicit mask (draft trees)."""
+        """The head's layer at explicit positions under an explicit mask (draft trees): on the target's native
+        step at inference (the head's 1-layer cache, layer index 0, is one the step takes), else PyTorch's."""
+        native = native_for_draft(self.stack, hidden, layer.self_attn.q_proj.weight) if runs_native(layer) else None
+        if native is not None and (cache is None or isinstance(cache, KVCache)):
+            return native.layers([layer], hidden, positions, mask, cache)
         return decoder_pass([layer], hidden, positions, self.stack.backbone.rotary_emb(hidden, positions), mask, cache)
+
+    def linear(self, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """One of the head's own linear maps: on the native step at inference, rounded back to the model's dtype
+        (what the following layer or norm reads, as PyTorch's bf16 linear would hand it), else PyTorch's."""
+        weights = [module.weight] + ([module.bias] if module.bias is not None else [])
+        native = native_for_draft(self.stack, x, *weights)
+        if native is None:
+            return module(x)
+        return native.linear(x, module.weight, module.bias).to(x.dtype)
 
 
 class ExitNormHead(DraftHead):
@@ -127,7 +183,7 @@ class ExitNormHead(DraftHead):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits from layer-ℓ hidden states ``[..., d]``."""
-        return self.head(self.norm(hidden + self.proj(hidden)))
+        return self.head.logits(hidden + self.linear(self.proj, hidden), self.norm)
 
 
 class ExitLayerHead(DraftHead):
@@ -144,7 +200,7 @@ class ExitLayerHead(DraftHead):
         return _layer_like(stack, exit_layer)
 
     def forward(self, hidden: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        return self.head(self.norm(self._run_layer(self.layer, hidden, cache)))
+        return self.head.logits(self._run_layer(self.layer, hidden, cache), self.norm)
 
 
 class AttentionBlock(nn.Module):
@@ -194,9 +250,12 @@ class EagleHead(DraftHead):
     def features(self, token_embeddings: torch.Tensor, features: torch.Tensor,
                  cache: KVCache | None = None) -> torch.Tensor:
         """Predicted next features from (embedding of token t+1, feature f_t) pairs ``[B, T, d]`` each."""
-        fused = self.fc(torch.cat([token_embeddings, features], dim=-1))
-        return self._run_layer(self.layer, fused, cache)
+        return self._run_layer(self.layer, self.fuse(token_embeddings, features), cache)
+
+    def fuse(self, token_embeddings: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """``fc`` over (embedding, feature) pairs: the decoder layer's input, in the model's dtype."""
+        return self.linear(self.fc, torch.cat([token_embeddings, features], dim=-1))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Features are trained to match the target's *normed* last hidden state, which the head reads directly."""
-        return self.head(features)
+        return self.head.logits(features)

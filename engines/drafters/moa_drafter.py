@@ -28,7 +28,7 @@ import torch
 from engines.core.draft_tree import DraftTreeNodes, TreeNode, TreeSlots
 from engines.core.sampling import Sampler
 from engines.core.trace import DraftStep, Lsa
-from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.base import Draft, chain_draft, draft_token, sample_draft_token
 from engines.drafters.moa_head import MoAHead, layer_kv_rows
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack
@@ -207,15 +207,14 @@ class MoADrafter:
             return Draft([])
         chain = DraftTreeNodes(drafter=self.name)
         logits, columns = self.root(committed)
-        tokens, qs, rows = [], [], []
+        tokens, qs, logprobs = [], [], []
         for step in range(gamma):
-            full = self.head.head.to_full(logits)
-            token, q = sample_draft_token(full, sampler)
+            token, q, logprob = draft_token(logits, columns, self.head.head.vocab_size, sampler, sample_draft_token)
             tokens.append(token)
             qs.append(q)
-            rows.append(full)
+            logprobs.append(logprob)
             if step + 1 < gamma:
                 node = chain.add(TreeNode(token, len(chain) - 1, step + 1))
                 logits = self.expand(chain, [node])[0][0]
         self.finish()
-        return finish_draft(tokens, qs, rows)
+        return chain_draft(tokens, qs, logprobs)

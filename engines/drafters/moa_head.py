@@ -199,8 +199,9 @@ class MoAHead(nn.Module):
         return decoder_pass(layers, hidden.to(self.stack.dtype), positions, rotary, mask, cache).to(hidden.dtype)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits from the residual stream after the last layer."""
-        return self.head(self.final_norm(hidden))
+        """Draft-vocabulary logits from the residual stream after the last layer (norm and head on the native
+        step at inference)."""
+        return self.head.logits(hidden, self.final_norm)
 
 
 def layer_kv_rows(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 
 from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
-from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.base import Draft, chain_draft, draft_token, sample_draft_token
 from engines.drafters.heads import SharedHead
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack
@@ -30,6 +30,8 @@ class ModelDrafter:
         self.cached_ids: list[int] = []
 
     def start(self, ctx: DecodeContext, target_cache: KVCache) -> None:
+        if self.stack is not ctx.target:  # a separate draft model runs on the step its target runs on
+            self.stack.use_native(ctx.target.native is not None)
         self.cache = self.stack.new_cache(ctx.capacity, range(self.n_layers))
         self.cached_ids = []
 
@@ -43,26 +45,27 @@ class ModelDrafter:
         del self.cached_ids[keep:]
         return committed[keep:]
 
-    def _logits(self, ids: list[int]) -> torch.Tensor:
+    def _logits(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The next token's logits over the draft vocabulary and each column's token id (``None``: every token)."""
         hidden = self.stack.run(self.stack.embed(ids), 0, self.n_layers, self.cache)
         self.cached_ids.extend(ids)
         if self.head is not None:
-            return self.head.to_full(self.head(self.stack.backbone.norm(hidden[:, -1:]))[0, -1])
-        return self.stack.logits(hidden[:, -1:])[-1]
+            return self.head.logits(hidden[:, -1:], self.stack.backbone.norm)[0, -1], self.head.vocab_ids
+        return self.stack.logits(hidden[:, -1:])[-1], None
 
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
         if gamma == 0:
             return Draft([])
-        logits = self._logits(self._rewind(committed))
-        tokens, qs, rows = [], [], []
+        logits, columns = self._logits(self._rewind(committed))
+        tokens, qs, logprobs = [], [], []
         for step in range(gamma):
-            token, q = sample_draft_token(logits, sampler)
+            token, q, logprob = draft_token(logits, columns, self.stack.config.vocab_size, sampler, sample_draft_token)
             tokens.append(token)
             qs.append(q)
-            rows.append(logits)
+            logprobs.append(logprob)
             if step + 1 < gamma:
-                logits = self._logits([token])
-        return finish_draft(tokens, qs, rows)
+                logits, columns = self._logits([token])
+        return chain_draft(tokens, qs, logprobs)
 
 
 def tiny_model(stack: LayerStack, n_layers: int) -> torch.nn.Module:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from engines.core.sampling import Sampler
-from engines.drafters.base import Draft, finish_draft, sample_draft_token
+from engines.drafters.base import Draft, chain_draft, draft_token, sample_draft_token
 from engines.drafters.heads import SharedHead
 from engines.drafters.model_draft import ModelDrafter, tiny_model
 from engines.model.kv_cache import KVCache
@@ -93,12 +93,13 @@ class StreamingDraft(nn.Module):
         return self.head(self.model.model.norm(hidden))
 
     def step(self, ids: list[int], cache: KVCache) -> torch.Tensor:
-        """Feed ``ids`` to the main stream; full-vocabulary logits ``[1 + S, V]`` for the next 1 + S tokens."""
+        """Feed ``ids`` to the main stream; draft-vocabulary logits ``[1 + S, V']`` (columns: ``head.vocab_ids``)
+        for the next 1 + S tokens, norm and head on the native step at inference."""
         stack = self.stack
         prefix = cache.length(0)
         hidden = stack.run(stack.embed(ids), 0, self.stream_start, cache)
         main, streams = self.run_streams(hidden, torch.tensor([len(ids) - 1]), prefix, cache)
-        return self.head.to_full(self.logits(torch.cat([main[0, -1:], streams[0, 0]], dim=0)))
+        return self.head.logits(torch.cat([main[:, -1:], streams[:, 0]], dim=1), self.model.model.norm)[0]
 
 
 class StreamingDrafter(ModelDrafter):
@@ -109,16 +110,17 @@ class StreamingDrafter(ModelDrafter):
         self.draft = draft
 
     def propose(self, committed: list[int], gamma: int, sampler: Sampler) -> Draft:
-        tokens, qs, rows = [], [], []
+        tokens, qs, logprobs = [], [], []
         feed = self._rewind(committed) if gamma else []
+        head = self.draft.head
         while len(tokens) < gamma:
             window = self.draft.step(feed, self.cache)
             self.cached_ids.extend(feed)
             feed = []
             for logits in window[: gamma - len(tokens)]:
-                token, q = sample_draft_token(logits, sampler)
+                token, q, logprob = draft_token(logits, head.vocab_ids, head.vocab_size, sampler, sample_draft_token)
                 tokens.append(token)
                 qs.append(q)
-                rows.append(logits)
+                logprobs.append(logprob)
                 feed.append(token)
-        return finish_draft(tokens, qs, rows)
+        return chain_draft(tokens, qs, logprobs)

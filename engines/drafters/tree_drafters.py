@@ -42,7 +42,7 @@ class EagleTreeDrafter(EagleDrafter):
         features = torch.cat([self.root_feature if p < 0 else self.node_features[p] for p in parents], dim=1)
         embeddings = self.target.embed([tree.nodes[i].token for i in ids]).to(features.dtype)
         positions, mask = self.slots.inputs(tree, ids, features.dtype, features.device)
-        fused = self.head.fc(torch.cat([embeddings, features], dim=-1))
+        fused = self.head.fuse(embeddings, features)
         predicted = self.head._run_layer_at(self.head.layer, fused, self.cache, positions, mask)
         for j, i in enumerate(ids):
             self.node_features[i] = predicted[:, j:j + 1]
@@ -68,7 +68,7 @@ class ModelTreeDrafter(ModelDrafter):
 
     def _rows(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.head is not None:
-            return self.head(self.stack.backbone.norm(hidden))[0], self.head.vocab_ids
+            return self.head.logits(hidden, self.stack.backbone.norm)[0], self.head.vocab_ids
         return self.stack.logits(hidden), None
 
     def finish(self) -> None:
