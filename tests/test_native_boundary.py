@@ -56,11 +56,13 @@ def test_a_cache_of_the_wrong_dtype_is_refused(stack):
 
 
 def test_a_cache_of_the_wrong_shape_is_refused(stack):
-    with pytest.raises(ValueError, match=r"keys of layer 0 must be float32 \[1, 2, 16, 8\].*got float32 \[1, 4, 16, 8\]"):
+    with pytest.raises(ValueError,
+                       match=r"keys of layer 0 must be float32 \[1, 2, 16, 8\].*got float32 \[1, 4, 16, 8\]"):
         run(stack, cache=KVCache(2, 4, HEAD_DIM, 16, torch.float32))
     cache = stack.new_cache(16)
     cache.values[1] = torch.zeros(1, KV_HEADS, 8, HEAD_DIM)  # fewer entries than the capacity it claims
-    with pytest.raises(ValueError, match=r"values of layer 1 must be float32 \[1, 2, 16, 8\].*got float32 \[1, 2, 8, 8\]"):
+    with pytest.raises(ValueError,
+                       match=r"values of layer 1 must be float32 \[1, 2, 16, 8\].*got float32 \[1, 2, 8, 8\]"):
         run(stack, cache=cache)
 
 
@@ -118,7 +120,8 @@ def test_positions_of_the_wrong_length_kind_or_sign_are_refused(stack):
 
 
 def test_hidden_states_of_the_wrong_shape_or_dtype_are_refused(stack):
-    with pytest.raises(ValueError, match=r"hidden must be float32 \[1, n, 32\] \(n ≥ 1\) on cpu, got float32 \[2, 3, 32\]"):
+    with pytest.raises(ValueError,
+                       match=r"hidden must be float32 \[1, n, 32\] \(n ≥ 1\) on cpu, got float32 \[2, 3, 32\]"):
         run(stack, hidden=torch.zeros(2, 3, 32))
     with pytest.raises(ValueError, match=r"hidden must be float32 .*got bfloat16 \[1, 3, 32\]"):
         run(stack, hidden=torch.zeros(1, 3, 32, dtype=torch.bfloat16))
@@ -262,3 +265,14 @@ def test_bfloat16_steps_are_checked_against_bfloat16():
                                 KVCache(3, 2, 64, 8, torch.float32))
         out = stack.native.layers(list(stack.layers), hidden, torch.arange(2)[None], None, stack.new_cache(8))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_a_cache_whose_storage_was_shrunk_under_it_is_refused(stack):
+    """The right shape, dtype and layout over a storage resized to nothing (as FSDP frees parameters): C would
+    write the new keys into freed memory."""
+    cache = stack.new_cache(16)
+    run(stack, cache=cache)  # checked and remembered first: the shrinking must still be seen
+    cache.crop(0)
+    cache.values[0].untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match=r"values of layer 0 must be .*contiguous on cpu whose storage does not hold it"):
+        run(stack, cache=cache)

@@ -141,7 +141,8 @@ def test_the_avx2_build_compiles_without_avx512_computes_alike_and_keys_apart(fr
     assert native_step.build_id().split("-")[0] != native_id.split("-")[0]
     assert avx2.target.native.lib is not reference.target.native.lib
     with torch.inference_mode():
-        logits = [engine.target.forward(list(range(3, 30)), engine.target.new_cache(64)) for engine in (reference, avx2)]
+        ids = list(range(3, 30))
+        logits = [engine.target.forward(ids, engine.target.new_cache(64)) for engine in (reference, avx2)]
     assert torch.allclose(logits[0], logits[1], atol=1e-5)
     objdump = shutil.which("objdump")
     if objdump:  # no AVX-512 register anywhere in the build

@@ -146,9 +146,13 @@ def _describe(value) -> str:
 
 
 def _fits(tensor: torch.Tensor) -> bool:
-    """Whether the tensor's storage holds every element its shape names (a storage can be shrunk under it)."""
-    needed = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
-    return tensor.untyped_storage().nbytes() >= needed and (tensor.numel() == 0 or tensor.data_ptr() != 0)
+    """Whether the tensor's storage holds every element its shape names (a storage can be shrunk under it); a
+    tensor without a plain storage (a wrapper subclass, a fake tensor) does not fit."""
+    try:
+        needed = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+        return tensor.untyped_storage().nbytes() >= needed and (tensor.numel() == 0 or tensor.data_ptr() != 0)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
 
 
 def require(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
@@ -158,7 +162,7 @@ def require(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> No
             and _fits(tensor)):
         got = _describe(tensor)
         if isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and not _fits(tensor):
-            got += f" whose storage holds only {tensor.untyped_storage().nbytes()} bytes"
+            got += " whose storage does not hold it"
         wanted = "[" + ", ".join(str(size) for size in shape) + "]"
         raise ValueError(f"{name} must be {_dtype_name(dtype)} {wanted} contiguous on cpu, got {got}")
 
