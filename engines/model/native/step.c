@@ -25,18 +25,57 @@
 #include <omp.h>
 #endif
 #include <sched.h>
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define SPECVIZ_DPBF16 1
 #endif
 
-#define VL 16 /* lanes of one accumulator: a 512-bit register, or two 256-bit, or four 128-bit */
+/* ---- the register tile of each instruction set -------------------------------------------------------
+ * VL: fp32 lanes of one vector register. A product's tile is RM input rows × RN vectors of outputs (a panel of
+ * P = RN·VL outputs): RM·RN accumulators, RN weight vectors and the broadcast input (folded into the multiply
+ * where the instruction set takes a broadcast operand) fit the register file with none to spare for spills
+ * (scripts/check_native_asm.py counts stack moves in the built library's products). Measured on a 2-core Zen 4
+ * (bf16, interleaved A/B of whole forwards): 6 × 4 beat 24 × 1 and 8 × 2 by 5–15% at 8–24 rows.
+ *   AVX-512 (32 zmm): 6 × 4 → 24 + 4 + 1;  AVX2 (16 ymm): 5 × 2 → 10 + 2 + 1 (+ the bf16 widening's temporary);
+ *   NEON (32 q): 6 × 4;  anything else (SSE2's 16 xmm): 5 × 2. */
+#if defined(__AVX512F__)
+#define VL 16
+#define RM_DEFAULT 6
+#define RN_DEFAULT 4
+#define SPECVIZ_ISA "avx512"
+#elif defined(__AVX2__) || defined(__AVX__)
+#define VL 8
+#define RM_DEFAULT 5
+#define RN_DEFAULT 2
+#define SPECVIZ_ISA "avx2"
+#elif defined(__aarch64__) || defined(__ARM_NEON)
+#define VL 4
+#define RM_DEFAULT 6
+#define RN_DEFAULT 4
+#define SPECVIZ_ISA "neon"
+#else
+#define VL 4
+#define RM_DEFAULT 5
+#define RN_DEFAULT 2
+#define SPECVIZ_ISA "generic"
+#endif
+#ifndef RM /* -DRM=… -DRN=… try other tiles (scripts/check_native_asm.py, the A/B in docs/verify-cost.md) */
+#define RM RM_DEFAULT
+#endif
+#ifndef RN
+#define RN RN_DEFAULT
+#endif
+#define P (RN * VL) /* outputs of one packed panel: the unit a product is split in between threads */
+
 typedef float vf __attribute__((vector_size(VL * 4)));
 typedef uint32_t vu __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
 
 typedef struct {
-    const void *q, *k, *v, *o, *gate, *up, *down; /* [out, in], row-major, in the model's dtype */
+    const void *q, *k, *v, *o, *gate, *up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype */
     const void *norm1, *norm2;                   /* [d] */
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
 } Layer;
@@ -82,218 +121,401 @@ static inline uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stay
 }
 static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+/* The same rounding on a vector of lanes: the upper 16 bits of each lane's result (lane for lane the bits
+ * f32_to_bf16 gives). */
+static inline vu vbf16_bits(vf v) {
+    vu u;
+    memcpy(&u, &v, sizeof u);
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+    vu rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (nan & ((u & 0xffff0000u) | 0x400000u)) | (~nan & rounded);
+}
+
 /* ---- one vector of weights or inputs as fp32 lanes ------------------------------------------------ */
 static inline vf load_f32(const float *p) {
     vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline vf load_bf16(const uint16_t *p) {
+static inline void store_f32(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf load_bf16(const uint16_t *p) { /* one widening load: generic vectors make GCC split it in two */
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
+#elif VL == 8 && defined(__AVX2__)
+    return (vf)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
+#else
     vh h;
     memcpy(&h, p, sizeof h);
     vu u = __builtin_convertvector(h, vu) << 16;
     vf v;
     memcpy(&v, &u, sizeof v);
     return v;
+#endif
 }
-/* The lanes summed in one fixed tree (halves added, then halves of the sum, ...): the same for every output,
- * whatever the row count, and a handful of vector instructions rather than fifteen scalar adds. */
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf4 __attribute__((vector_size(16)));
-static inline float reduce(vf v) {
-    vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    vf4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
+static inline vf splat(float x) { return (vf){0} + x; }
 
-/* ---- products: y[m, n] (+)= sum_k x[m, k] w[n, k] for n in [n0, n1) ------------------------------
- * Inputs come padded to a multiple of VL (or 2 VL) columns with zeros, weights are read in full vectors
- * up to the last one, whose tail is copied into a zero-padded vector: a lane's sum runs over k ascending.
- * R weight rows and G input rows per block: each weight vector is loaded once for G rows, and R rows give
- * R independent streams. The block shape changes speed, never a sum's order. */
-#define R 4
-#define G 4
-
-static inline vf weight_vec(const void *w, int bf16, int64_t n, int64_t K, int64_t k) {
-    if (k + VL <= K) return bf16 ? load_bf16((const uint16_t *)w + n * K + k) : load_f32((const float *)w + n * K + k);
-    vf v = {0};
-    float t[VL] = {0};
-    for (int64_t i = k; i < K; i++)
-        t[i - k] = bf16 ? bf16_to_f32(((const uint16_t *)w)[n * K + i]) : ((const float *)w)[n * K + i];
-    memcpy(&v, t, sizeof v);
-    return v;
-}
-
-/* One block: R weight rows [n, n + r_count) against GC input rows from m. GC, r_count and WB (weights in
- * bf16) are constants at every call (see the switches below), so the compiler keeps exactly the accumulators
- * needed in registers and no branch in the loop over k; the last, partial vector of k comes after it. */
-static inline __attribute__((always_inline)) vf weight_at_k(const void *w, const int WB, int64_t n, int64_t K,
-                                                            int64_t k) {
-    return WB ? load_bf16((const uint16_t *)w + n * K + k) : load_f32((const float *)w + n * K + k);
-}
-
-static inline __attribute__((always_inline)) void block_f32(const void *w, const int WB, const float *x, int64_t Kp,
-                                                            int64_t K, int64_t n, const int r_count, int64_t m,
-                                                            const int GC, float *y, int64_t ystride) {
-    vf acc[R][G];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < GC; g++) acc[r][g] = (vf){0};
-    const int64_t whole = K / VL * VL;
-    for (int64_t k = 0; k < whole; k += VL) {
-        vf xv[G];
-        for (int g = 0; g < GC; g++) xv[g] = load_f32(x + (m + g) * Kp + k);
-        for (int r = 0; r < r_count; r++) {
-            vf wv = weight_at_k(w, WB, n + r, K, k);
-            /* the next block's rows, asked for now: the hardware prefetcher alone fell behind these short rows
-             * (a bf16 step took 16 ms without, 12 with, on a 2-core Xeon) */
-            if (m == 0) /* later groups of rows read this block from the cache */
-                __builtin_prefetch((const char *)w + ((n + r + R) * K + k) * (WB ? 2 : 4));
-            for (int g = 0; g < GC; g++) acc[r][g] += wv * xv[g];
-        }
-    }
-    if (whole < K)
-        for (int r = 0; r < r_count; r++) {
-            vf wv = weight_vec(w, WB, n + r, K, whole);
-            for (int g = 0; g < GC; g++) acc[r][g] += wv * load_f32(x + (m + g) * Kp + whole);
-        }
-    for (int r = 0; r < r_count; r++)
-        for (int g = 0; g < GC; g++) y[(m + g) * ystride + n + r] = reduce(acc[r][g]);
-}
-
-static inline __attribute__((always_inline)) void product_f32_of(const void *w, const int WB, const float *x,
-                                                                 int64_t M, int64_t Kp, int64_t K, int64_t n0,
-                                                                 int64_t n1, float *y, int64_t ystride) {
-    for (int64_t n = n0; n < n1; n += R) {
-        if (n + R > n1) { /* the last rows, one at a time */
-            for (int64_t one = n; one < n1; one++)
-                for (int64_t m = 0; m < M; m++) block_f32(w, WB, x, Kp, K, one, 1, m, 1, y, ystride);
-            break;
-        }
-        for (int64_t m = 0; m < M; m += G) {
-            switch (M - m < G ? (int)(M - m) : G) {
-            case 1: block_f32(w, WB, x, Kp, K, n, R, m, 1, y, ystride); break;
-            case 2: block_f32(w, WB, x, Kp, K, n, R, m, 2, y, ystride); break;
-            case 3: block_f32(w, WB, x, Kp, K, n, R, m, 3, y, ystride); break;
-            default: block_f32(w, WB, x, Kp, K, n, R, m, G, y, ystride);
-            }
-        }
-    }
-}
-
-/* x: [M, Kp] fp32 (Kp = K rounded up to VL, zero-padded); weights fp32, or bf16 widened lane by lane */
-static void product_f32(const void *w, int bf16, const float *x, int64_t M, int64_t Kp, int64_t K, int64_t n0,
-                        int64_t n1, float *y, int64_t ystride) {
-    if (bf16) product_f32_of(w, 1, x, M, Kp, K, n0, n1, y, ystride);
-    else product_f32_of(w, 0, x, M, Kp, K, n0, n1, y, ystride);
-}
-
-#ifdef SPECVIZ_DPBF16
-/* bf16 weights and bf16 inputs (x: [M, Kp] bf16, Kp a multiple of 32, zero-padded): AVX-512 BF16 dot
- * products, two k per lane per instruction, lanes summed by the same fixed tree. */
-static inline __attribute__((always_inline)) void block_dpbf16(const uint16_t *w, const uint16_t *x, int64_t Kp,
-                                                               int64_t K, int64_t n, const int r_count, int64_t m,
-                                                               const int GC, float *y, int64_t ystride) {
-    __m512 acc[R][G];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < GC; g++) acc[r][g] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 32) {
-        __mmask32 tail = k + 32 <= K ? 0xffffffffu : (__mmask32)((1ull << (K - k)) - 1);
-        __m512i xv[G];
-        for (int g = 0; g < GC; g++) xv[g] = _mm512_loadu_si512(x + (m + g) * Kp + k);
-        for (int r = 0; r < r_count; r++) {
-            __m512i wv = _mm512_maskz_loadu_epi16(tail, w + (n + r) * K + k);
-            if (m == 0) _mm_prefetch((const char *)(w + (n + r + R) * K + k), _MM_HINT_T0); /* next block: see block_f32 */
-            for (int g = 0; g < GC; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], (__m512bh)xv[g], (__m512bh)wv);
-        }
-    }
-    for (int r = 0; r < r_count; r++)
-        for (int g = 0; g < GC; g++) y[(m + g) * ystride + n + r] = reduce((vf)acc[r][g]);
-}
-
-static void product_dpbf16(const uint16_t *w, const uint16_t *x, int64_t M, int64_t Kp, int64_t K, int64_t n0,
-                           int64_t n1, float *y, int64_t ystride) {
-    for (int64_t n = n0; n < n1; n += R) {
-        if (n + R > n1) { /* the last rows, one at a time */
-            for (int64_t one = n; one < n1; one++)
-                for (int64_t m = 0; m < M; m++) block_dpbf16(w, x, Kp, K, one, 1, m, 1, y, ystride);
-            break;
-        }
-        for (int64_t m = 0; m < M; m += G) {
-            switch (M - m < G ? (int)(M - m) : G) {
-            case 1: block_dpbf16(w, x, Kp, K, n, R, m, 1, y, ystride); break;
-            case 2: block_dpbf16(w, x, Kp, K, n, R, m, 2, y, ystride); break;
-            case 3: block_dpbf16(w, x, Kp, K, n, R, m, 3, y, ystride); break;
-            default: block_dpbf16(w, x, Kp, K, n, R, m, G, y, ystride);
-            }
-        }
-    }
-}
-#define STEP 32
+/* The lanes summed in one fixed tree (halves added, then halves of the sum, ...): the same for every sum,
+ * whatever the row count. Each step adds the vector to itself with its halves swapped, so lane 0 ends with the
+ * tree's sum (and no value goes through memory). GCC's shuffle builtin, or clang's (GCC 12 has both; 11 only
+ * its own). */
+#if defined(__clang__)
+#define SWAP_LANES(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
 #else
-#define STEP VL
+#define SWAP_LANES(v, ...) __builtin_shuffle(v, (vi){__VA_ARGS__})
+#endif
+static inline float reduce(vf v) {
+#if VL == 16
+    v += SWAP_LANES(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    v += SWAP_LANES(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v += SWAP_LANES(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v += SWAP_LANES(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+#elif VL == 8
+    v += SWAP_LANES(v, 4, 5, 6, 7, 0, 1, 2, 3);
+    v += SWAP_LANES(v, 2, 3, 0, 1, 6, 7, 4, 5);
+    v += SWAP_LANES(v, 1, 0, 3, 2, 5, 4, 7, 6);
+#else
+    v += SWAP_LANES(v, 2, 3, 0, 1);
+    v += SWAP_LANES(v, 1, 0, 3, 2);
+#endif
+    return v[0];
+}
+
+
+/* VL sums at once, lane l holding reduce(a[l]): the same halving tree for each (so a score's bits do not depend on
+ * whether its key fell in a block or among the last few), with two-vector shuffles between the steps instead
+ * of a reduction per key. */
+#if defined(__clang__)
+#define PAIR_LANES(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define PAIR_LANES(x, y, ...) __builtin_shuffle(x, y, (vi){__VA_ARGS__})
+#endif
+#if VL == 16
+static inline vf reduce_each(const vf *a) { /* lane l: reduce(a[l]) */
+    vf s0_0 = PAIR_LANES(a[0], a[1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[0], a[1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_1 = PAIR_LANES(a[2], a[3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[2], a[3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_2 = PAIR_LANES(a[4], a[5], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[4], a[5], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_3 = PAIR_LANES(a[6], a[7], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[6], a[7], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_4 = PAIR_LANES(a[8], a[9], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[8], a[9], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_5 = PAIR_LANES(a[10], a[11], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[10], a[11], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_6 = PAIR_LANES(a[12], a[13], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[12], a[13], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s0_7 = PAIR_LANES(a[14], a[15], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + PAIR_LANES(a[14], a[15], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    vf s1_0 = PAIR_LANES(s0_0, s0_1, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) + PAIR_LANES(s0_0, s0_1, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    vf s1_1 = PAIR_LANES(s0_2, s0_3, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) + PAIR_LANES(s0_2, s0_3, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    vf s1_2 = PAIR_LANES(s0_4, s0_5, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) + PAIR_LANES(s0_4, s0_5, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    vf s1_3 = PAIR_LANES(s0_6, s0_7, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) + PAIR_LANES(s0_6, s0_7, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    vf s2_0 = PAIR_LANES(s1_0, s1_1, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) + PAIR_LANES(s1_0, s1_1, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    vf s2_1 = PAIR_LANES(s1_2, s1_3, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) + PAIR_LANES(s1_2, s1_3, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    vf s3_0 = PAIR_LANES(s2_0, s2_1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) + PAIR_LANES(s2_0, s2_1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return s3_0;
+}
+#elif VL == 8
+static inline vf reduce_each(const vf *a) { /* lane l: reduce(a[l]) */
+    vf s0_0 = PAIR_LANES(a[0], a[1], 0, 1, 2, 3, 8, 9, 10, 11) + PAIR_LANES(a[0], a[1], 4, 5, 6, 7, 12, 13, 14, 15);
+    vf s0_1 = PAIR_LANES(a[2], a[3], 0, 1, 2, 3, 8, 9, 10, 11) + PAIR_LANES(a[2], a[3], 4, 5, 6, 7, 12, 13, 14, 15);
+    vf s0_2 = PAIR_LANES(a[4], a[5], 0, 1, 2, 3, 8, 9, 10, 11) + PAIR_LANES(a[4], a[5], 4, 5, 6, 7, 12, 13, 14, 15);
+    vf s0_3 = PAIR_LANES(a[6], a[7], 0, 1, 2, 3, 8, 9, 10, 11) + PAIR_LANES(a[6], a[7], 4, 5, 6, 7, 12, 13, 14, 15);
+    vf s1_0 = PAIR_LANES(s0_0, s0_1, 0, 1, 4, 5, 8, 9, 12, 13) + PAIR_LANES(s0_0, s0_1, 2, 3, 6, 7, 10, 11, 14, 15);
+    vf s1_1 = PAIR_LANES(s0_2, s0_3, 0, 1, 4, 5, 8, 9, 12, 13) + PAIR_LANES(s0_2, s0_3, 2, 3, 6, 7, 10, 11, 14, 15);
+    vf s2_0 = PAIR_LANES(s1_0, s1_1, 0, 2, 4, 6, 8, 10, 12, 14) + PAIR_LANES(s1_0, s1_1, 1, 3, 5, 7, 9, 11, 13, 15);
+    return s2_0;
+}
+#elif VL == 4
+static inline vf reduce_each(const vf *a) { /* lane l: reduce(a[l]) */
+    vf s0_0 = PAIR_LANES(a[0], a[1], 0, 1, 4, 5) + PAIR_LANES(a[0], a[1], 2, 3, 6, 7);
+    vf s0_1 = PAIR_LANES(a[2], a[3], 0, 1, 4, 5) + PAIR_LANES(a[2], a[3], 2, 3, 6, 7);
+    vf s1_0 = PAIR_LANES(s0_0, s0_1, 0, 2, 4, 6) + PAIR_LANES(s0_0, s0_1, 1, 3, 5, 7);
+    return s1_0;
+}
 #endif
 
-/* A product's input, as the product reads it: rounded to bf16 for a bf16 model, zero-padded to Kp. */
+/* ---- products: y[m, n] = sum_k x[m, k] w[n, k] over packed weights --------------------------------
+ * Why packed: a product over the row-major [out, in] weight sums each output lane-wise over k and then across
+ * its lanes: a horizontal reduction per output, and either several weight rows streamed at once (which the
+ * hardware prefetcher follows badly: 20 GB/s against 30 for one stream on a 2-core Zen 4) or the inputs
+ * reloaded per row. Packed once at load into panels of P outputs with k outermost ([k][RN][VL], or with AVX-512
+ * BF16 [k/2][RN][VL][2] pairs), one panel is one sequential stream, each input element is broadcast against RN
+ * vectors of P outputs, and an output's lane is its whole sum: k ascending, one step per k (or per pair of k),
+ * the same order for every tile shape and row count. Row invariance holds by construction, with no reduction.
+ * The memory it costs: one more copy of the weights (the model's own tensors stay for PyTorch's path). */
+#ifdef SPECVIZ_DPBF16
+#define PAIRS(bf16) (bf16)
+#else
+#define PAIRS(bf16) 0
+#endif
+
+/* elements (of the model's dtype) of one panel of a [N, K] weight */
+static inline int64_t panel_elems(int64_t K, int bf16) { return PAIRS(bf16) ? (K + 1) / 2 * 2 * P : K * P; }
+
+/* The packed layout's name (its panel width, and whether k comes in pairs): packed copies are kept per layout. */
+int specviz_panel_layout(int bf16) { return P * 2 + PAIRS(bf16); }
+
+int64_t specviz_packed_elems(int64_t N, int64_t K, int bf16) {
+    if (N < 1 || K < 1) return 0;
+    return (N + P - 1) / P * panel_elems(K, bf16);
+}
+
+/* Pack w [N, K] (row-major) into panels; rows past N and k past K are zeros. */
+int specviz_pack(const void *w, int64_t N, int64_t K, int bf16, void *out) {
+    if (!w || !out) return SPECVIZ_BAD_POINTER;
+    if (N < 1 || K < 1) return SPECVIZ_BAD_SHAPE;
+    const int64_t panels = (N + P - 1) / P, pe = panel_elems(K, bf16);
+    const int pairs = PAIRS(bf16);
+    for (int64_t p = 0; p < panels; p++) {
+        for (int64_t i = 0; i < pe; i++) { /* i walks the panel in memory order */
+            int64_t k, lane;
+            if (pairs) { /* [k/2][P][2] */
+                k = i / (2 * P) * 2 + i % 2;
+                lane = i / 2 % P;
+            } else { /* [k][P] */
+                k = i / P;
+                lane = i % P;
+            }
+            int64_t n = p * P + lane;
+            int inside = n < N && k < K;
+            if (bf16) ((uint16_t *)out)[p * pe + i] = inside ? ((const uint16_t *)w)[n * K + k] : 0;
+            else ((float *)out)[p * pe + i] = inside ? ((const float *)w)[n * K + k] : 0.0f;
+        }
+    }
+    return SPECVIZ_OK;
+}
+
+/* A product's input, as the product reads it: rounded to bf16 for a bf16 model, zero-padded to Kp columns, and
+ * stored k-major (element (m, k) at f[k * ld + m]; with AVX-512 BF16 also as bf16 pairs, (m, 2i + j) at
+ * h[(i * ld + m) * 2 + j]): a tile's RM rows at one k are then one pointer and RM constant offsets, where
+ * row-major inputs would need RM row pointers and more registers than there are. */
 typedef struct {
-    float *f;    /* [M, Kp] fp32 */
-    uint16_t *h; /* [M, Kp] bf16 (dpbf16 only) */
-    int64_t Kp;
+    float *f;    /* [Kp, ld] fp32 */
+    uint16_t *h; /* [Kp / 2, ld, 2] bf16 (dpbf16 only) */
+    int64_t Kp, ld;
 } Input;
 
+#define STEP 32
 static inline int64_t padded(int64_t K) { return (K + STEP - 1) / STEP * STEP; }
 
-static inline void input_set(Input *in, int bf16, int64_t m, int64_t k, float value) {
-    if (bf16) value = round_bf16(value);
-    in->f[m * in->Kp + k] = value;
-#ifdef SPECVIZ_DPBF16
-    if (bf16) in->h[m * in->Kp + k] = f32_to_bf16(value);
-#endif
+/* The same input from row m0 on. */
+static inline Input rows_from(const Input *in, int64_t m0) {
+    Input at = *in;
+    at.f += m0;
+    at.h += 2 * m0;
+    return at;
 }
 
-static void product(const void *w, int bf16, const Input *in, int64_t M, int64_t K, int64_t n0, int64_t n1, float *y,
-                    int64_t ystride) {
+/* One tile: RMC input rows (from x's first) against one panel, into out[r * ostride + j] for j < P. RMC is a
+ * constant at every call (the switch in product_panel), so the accumulators live in registers. fp32 lanes:
+ * weights fp32, or bf16 widened on load (a bf16 model where the CPU has no bf16 dot product: inputs are
+ * bf16-rounded fp32, so each x·w is exact and only the sum rounds, as with the dot-product instruction). */
+static inline __attribute__((always_inline)) void tile_f32(const void *panel, const int WB, int64_t K, const float *x,
+                                                           int64_t ld, const int RMC, float *out, int64_t ostride) {
+    vf acc[RM][RN];
+#pragma GCC unroll 32
+    for (int r = 0; r < RMC; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) acc[r][c] = (vf){0};
+    for (int64_t k = 0; k < K; k++) {
+        vf wv[RN];
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++)
+            wv[c] = WB ? load_bf16((const uint16_t *)panel + (k * RN + c) * VL)
+                       : load_f32((const float *)panel + (k * RN + c) * VL);
+#pragma GCC unroll 32
+        for (int r = 0; r < RMC; r++) {
+            vf xb = splat(x[k * ld + r]);
+#pragma GCC unroll 8
+            for (int c = 0; c < RN; c++) acc[r][c] += xb * wv[c];
+        }
+    }
+#pragma GCC unroll 32
+    for (int r = 0; r < RMC; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) store_f32(out + r * ostride + c * VL, acc[r][c]);
+}
+
+#ifdef SPECVIZ_DPBF16
+/* The same tile with AVX-512 BF16 dot products: each step adds x[2i]·w[2i] + x[2i+1]·w[2i+1] to every lane. */
+static inline __attribute__((always_inline)) void tile_dpbf16(const uint16_t *panel, int64_t K, const uint16_t *x,
+                                                              int64_t ld, const int RMC, float *out, int64_t ostride) {
+    __m512 acc[RM][RN];
+#pragma GCC unroll 32
+    for (int r = 0; r < RMC; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
+    const int64_t halves = (K + 1) / 2;
+    const uint32_t *pairs = (const uint32_t *)(const void *)x;
+    for (int64_t i = 0; i < halves; i++) {
+        __m512i wv[RN];
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) wv[c] = _mm512_loadu_si512(panel + (i * RN + c) * 32);
+#pragma GCC unroll 32
+        for (int r = 0; r < RMC; r++) {
+            __m512bh xb = (__m512bh)_mm512_set1_epi32((int)pairs[i * ld + r]);
+#pragma GCC unroll 8
+            for (int c = 0; c < RN; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[c], xb);
+        }
+    }
+#pragma GCC unroll 32
+    for (int r = 0; r < RMC; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) _mm512_storeu_ps(out + r * ostride + c * 16, acc[r][c]);
+}
+#endif
+
+/* RMC rows of one panel into out (ostride floats apart). */
+static inline __attribute__((always_inline)) void tile(const void *panel, int bf16, const Input *in, int64_t K,
+                                                       const int RMC, float *out, int64_t ostride) {
 #ifdef SPECVIZ_DPBF16
     if (bf16) {
-        product_dpbf16((const uint16_t *)w, in->h, M, in->Kp, K, n0, n1, y, ystride);
+        tile_dpbf16((const uint16_t *)panel, K, in->h, in->ld, RMC, out, ostride);
         return;
     }
 #endif
-    product_f32(w, bf16, in->f, M, in->Kp, K, n0, n1, y, ystride);
+    if (bf16) tile_f32(panel, 1, K, in->f, in->ld, RMC, out, ostride);
+    else tile_f32(panel, 0, K, in->f, in->ld, RMC, out, ostride);
 }
 
-/* Rows [n0, n1) of a product split over the team: contiguous blocks of R rows, one per thread. */
-static inline void share(int64_t N, int thread, int threads, int64_t *n0, int64_t *n1) {
-    int64_t blocks = (N + R - 1) / R;
-    int64_t first = blocks * thread / threads, last = blocks * (thread + 1) / threads;
-    *n0 = first * R;
-    *n1 = last * R < N ? last * R : N;
+/* Every row of one panel: tiles of RM rows, the last one shorter. */
+static void product_panel(const void *panel, int bf16, const Input *in, int64_t M, int64_t K, float *out,
+                          int64_t ostride) {
+    for (int64_t m = 0; m < M; m += RM) {
+        float *o = out + m * ostride;
+        Input at = rows_from(in, m);
+        switch (M - m < RM ? (int)(M - m) : RM) {
+#define TILE_CASE(n)                                                                                                  \
+    case n: tile(panel, bf16, &at, K, n < RM ? n : RM, o, ostride); break;
+            TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7) TILE_CASE(8)
+#if RM > 8
+            TILE_CASE(9) TILE_CASE(10) TILE_CASE(11) TILE_CASE(12)
+#endif
+#if RM > 12
+            TILE_CASE(13) TILE_CASE(14) TILE_CASE(15) TILE_CASE(16)
+#endif
+#if RM > 16
+            TILE_CASE(17) TILE_CASE(18) TILE_CASE(19) TILE_CASE(20)
+#endif
+#if RM > 20
+            TILE_CASE(21) TILE_CASE(22) TILE_CASE(23) TILE_CASE(24)
+#endif
+#undef TILE_CASE
+        default: tile(panel, bf16, &at, K, RM, o, ostride);
+        }
+    }
 }
+
+/* y[m * ystride + n] for m < M, n in [n0, n1): the panels that cover them. A panel wholly inside is written
+ * in place; one cut by n0 or n1 (a head narrower than a panel, the last rows) goes through a buffer. */
+static void product(const void *packed, int bf16, const Input *in, int64_t M, int64_t K, int64_t n0, int64_t n1,
+                    float *y, int64_t ystride) {
+    const int64_t pe = panel_elems(K, bf16), es = bf16 ? 2 : 4;
+    for (int64_t p = n0 / P; p * P < n1; p++) {
+        const void *panel = (const char *)packed + p * pe * es;
+        const int64_t first = p * P > n0 ? p * P : n0, last = p * P + P < n1 ? p * P + P : n1;
+        if (first == p * P && last == p * P + P) {
+            product_panel(panel, bf16, in, M, K, y + first, ystride);
+            continue;
+        }
+        float part[RM * P];
+        for (int64_t m0 = 0; m0 < M; m0 += RM) {
+            int64_t rows = M - m0 < RM ? M - m0 : RM;
+            Input at = rows_from(in, m0);
+            product_panel(panel, bf16, &at, rows, K, part, P);
+            for (int64_t m = 0; m < rows; m++)
+                for (int64_t n = first; n < last; n++) y[(m0 + m) * ystride + n] = part[m * P + n - p * P];
+        }
+    }
+}
+
+static inline void input_set(Input *in, int bf16, int64_t m, int64_t k, float value) {
+    if (bf16) value = round_bf16(value);
+    in->f[k * in->ld + m] = value;
+#ifdef SPECVIZ_DPBF16
+    if (bf16) in->h[((k >> 1) * in->ld + m) * 2 + (k & 1)] = f32_to_bf16(value);
+#endif
+}
+
+/* Rows [m0, m0 + rows) × columns [k0, k0 + cols) of a product's input from src (row-major, src_stride floats
+ * apart), k0 even. Column by column (pairs of columns with bf16 pairs), each column's rows contiguous in the
+ * k-major input: the stores run along memory, where writing a row at a time would scatter them ld apart. */
+static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64_t k0, int64_t cols, const float *src,
+                            int64_t src_stride) {
+    for (int64_t c = 0; c < cols; c += 2) {
+        const int two = c + 1 < cols;
+        float *f0 = in->f + (k0 + c) * in->ld + m0, *f1 = f0 + in->ld;
+        if (!bf16) {
+            for (int64_t r = 0; r < rows; r++) {
+                f0[r] = src[r * src_stride + c];
+                if (two) f1[r] = src[r * src_stride + c + 1];
+            }
+            continue;
+        }
+        uint16_t *h = in->h + ((k0 + c) / 2 * in->ld + m0) * 2;
+        for (int64_t r = 0; r < rows; r++) {
+            uint16_t a = f32_to_bf16(src[r * src_stride + c]), b = two ? f32_to_bf16(src[r * src_stride + c + 1]) : 0;
+            f0[r] = bf16_to_f32(a);
+            if (two) f1[r] = bf16_to_f32(b);
+#ifdef SPECVIZ_DPBF16
+            h[2 * r] = a;
+            if (two) h[2 * r + 1] = b;
+#else
+            (void)h;
+#endif
+        }
+    }
+}
+
+static void input_set_row(Input *in, int bf16, int64_t m, int64_t k0, const float *values, int64_t n) {
+    input_set_block(in, bf16, m, 1, k0, n, values, n);
+}
+
+/* Outputs [n0, n1) of an N-wide product for one thread of the team: contiguous panels. */
+static inline void share(int64_t N, int thread, int threads, int64_t *n0, int64_t *n1) {
+    int64_t panels = (N + P - 1) / P;
+    int64_t first = panels * thread / threads, last = panels * (thread + 1) / threads;
+    *n0 = first * P < N ? first * P : N;
+    *n1 = last * P < N ? last * P : N;
+}
+
+/* Work handed out one piece at a time: the next unclaimed piece of a stage (a head, a panel, an attention task).
+ * Why not fixed shares: two cores sharing one memory bus do not finish equal shares together (a thread waited
+ * at the barrier for ~10% of a step), and nine heads or panels do not split evenly in two. Which thread
+ * computes a piece never changes its bits. */
+static inline int64_t take(int64_t *ticket) { return __atomic_fetch_add(ticket, 1, __ATOMIC_RELAXED); }
 
 static inline float weight_at(const void *w, int bf16, int64_t i) {
     return bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
 }
 
-/* RMSNorm of each row of h (fp32 [M, d]) times the norm's weight, into a product's input. */
+/* RMSNorm of each row of h (fp32 [M, d]) times the norm's weight, into a product's input: a block of rows at a
+ * time through a buffer, written column by column (input_set_block). */
+#define NORM_BUFFER 16384
 static void rms_norm_rows(const float *h, int64_t M, int64_t d, const void *weight, int bf16, float eps, Input *out) {
-    for (int64_t m = 0; m < M; m++) {
-        const float *row = h + m * d;
-        vf acc = {0};
-        int64_t k = 0;
-        for (; k + VL <= d; k += VL) {
-            vf v = load_f32(row + k);
-            acc += v * v;
+    float normed[NORM_BUFFER];
+    const int64_t block = d >= NORM_BUFFER ? 1 : NORM_BUFFER / d;
+    for (int64_t m0 = 0; m0 < M; m0 += block) {
+        int64_t rows = M - m0 < block ? M - m0 : block;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = h + (m0 + r) * d;
+            vf acc = {0};
+            int64_t k = 0;
+            for (; k + VL <= d; k += VL) {
+                vf v = load_f32(row + k);
+                acc += v * v;
+            }
+            float sum = reduce(acc);
+            for (; k < d; k++) sum += row[k] * row[k];
+            float scale = 1.0f / sqrtf(sum / (float)d + eps);
+            for (int64_t k0 = 0; k0 < d; k0 += NORM_BUFFER) { /* a row wider than the buffer: in pieces */
+                int64_t n = d - k0 < NORM_BUFFER ? d - k0 : NORM_BUFFER;
+                float *dst = d >= NORM_BUFFER ? normed : normed + r * d;
+                for (k = 0; k < n; k++) dst[k] = weight_at(weight, bf16, k0 + k) * (row[k0 + k] * scale);
+                if (d >= NORM_BUFFER) input_set_block(out, bf16, m0 + r, 1, k0, n, normed, n);
+            }
         }
-        float sum = reduce(acc);
-        for (; k < d; k++) sum += row[k] * row[k];
-        float scale = 1.0f / sqrtf(sum / (float)d + eps);
-        for (k = 0; k < d; k++) input_set(out, bf16, m, k, weight_at(weight, bf16, k) * (row[k] * scale));
+        if (d < NORM_BUFFER) input_set_block(out, bf16, m0, rows, 0, d, normed, d);
     }
 }
 
 /* exp on a vector of lanes: Cephes' expf (a degree-7 polynomial after splitting off a power of two), within
  * 2 ulp of expf. libm's expf is called once per value (a decode step makes ~10^5 of them in attention and SiLU,
  * 10^6 when verifying 16 tokens); this handles 16 at a time, each value the same bits wherever it sits. */
-typedef int32_t vi __attribute__((vector_size(VL * 4)));
 static inline vf vexp(vf x) {
     const vf hi = (vf){0} + 88.3762626647949f, lo = (vf){0} - 87.3365447504f;
     vi over = (vi)(x > hi), under = (vi)(x < lo); /* comparisons give all-ones / zero lanes: select by bits */
@@ -364,6 +586,7 @@ static float *carve(float **at, int64_t n) {
 
 static void carve_input(float **at, Input *in, int64_t M, int64_t K) {
     in->Kp = padded(K);
+    in->ld = M;
     in->f = carve(at, M * in->Kp);
     in->h = (uint16_t *)carve(at, (M * in->Kp + 1) / 2);
 }
@@ -468,6 +691,113 @@ static void meet(Barrier *b, int team, int *sense) {
     }
 }
 
+/* One query row q against the keys [0, end) of one kv head (cache rows from base) that it may see (seen: NULL
+ * for all of them): out[hd] = softmax(q·k · scaling) · v. Keys in cache order, each score's sum in one fixed
+ * order, the values summed in key order: the same bits whatever else shares the call. HV, the head's vectors,
+ * is a constant where it can be (64 or 128 lanes of head), so q and the output stay in registers. */
+static inline __attribute__((always_inline)) void attend_vectors(const int HV, const int bf16, const Shape *s,
+                                                                 const Layer *ly, const float *q, int64_t base,
+                                                                 int64_t end, const uint8_t *seen, float *scores,
+                                                                 float *out) {
+    const int64_t hd = s->head_dim;
+    vf qv[16], o[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < HV; i++) qv[i] = load_f32(q + i * VL);
+    float best = -INFINITY;
+    int64_t j = 0;
+    for (; j + VL <= end; j += VL) { /* VL keys at a time, seen or not; only the seen ones count */
+        vf acc[VL];
+#pragma GCC unroll 16
+        for (int t = 0; t < VL; t++) {
+            int64_t at = (base + j + t) * hd;
+            vf a = {0};
+#pragma GCC unroll 16
+            for (int i = 0; i < HV; i++)
+                a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
+                                   : load_f32((const float *)ly->keys + at + i * VL));
+            acc[t] = a;
+        }
+        store_f32(scores + j, reduce_each(acc) * splat(s->scaling));
+        for (int t = 0; t < VL; t++)
+            if (!seen || seen[j + t]) best = scores[j + t] > best ? scores[j + t] : best;
+    }
+    for (; j < end; j++) {
+        if (seen && !seen[j]) continue;
+        int64_t at = (base + j) * hd;
+        vf a = {0};
+#pragma GCC unroll 16
+        for (int i = 0; i < HV; i++)
+            a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
+                               : load_f32((const float *)ly->keys + at + i * VL));
+        float score = reduce(a) * s->scaling;
+        scores[j] = score;
+        best = score > best ? score : best;
+    }
+    exp_shifted(scores, end, best); /* unseen entries hold stale values: never read below */
+    float total = 0.0f;
+#pragma GCC unroll 16
+    for (int i = 0; i < HV; i++) o[i] = (vf){0};
+    for (int64_t j = 0; j < end; j++) {
+        if (seen && !seen[j]) continue;
+        float p = scores[j];
+        total += p;
+        vf pv = splat(p);
+        int64_t at = (base + j) * hd;
+#pragma GCC unroll 16
+        for (int i = 0; i < HV; i++)
+            o[i] += pv * (bf16 ? load_bf16((const uint16_t *)ly->values + at + i * VL)
+                               : load_f32((const float *)ly->values + at + i * VL));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < HV; i++) store_f32(out + i * VL, o[i] / splat(total));
+}
+
+/* The same for any head_dim: scalar where it is not a multiple of the vector. */
+static void attend_any(const Shape *s, const Layer *ly, const float *q, int64_t base, int64_t end,
+                       const uint8_t *seen, float *scores, float *out) {
+    const int64_t hd = s->head_dim;
+    const int bf16 = s->bf16;
+    float best = -INFINITY;
+    for (int64_t j = 0; j < end; j++) {
+        if (seen && !seen[j]) continue;
+        int64_t at = (base + j) * hd;
+        float score = 0.0f;
+        for (int64_t i = 0; i < hd; i++) score += q[i] * load_hidden(ly->keys, bf16, at + i);
+        score *= s->scaling;
+        scores[j] = score;
+        best = score > best ? score : best;
+    }
+    exp_shifted(scores, end, best);
+    float total = 0.0f;
+    for (int64_t i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int64_t j = 0; j < end; j++) {
+        if (seen && !seen[j]) continue;
+        float p = scores[j];
+        total += p;
+        int64_t at = (base + j) * hd;
+        for (int64_t i = 0; i < hd; i++) out[i] += p * load_hidden(ly->values, bf16, at + i);
+    }
+    for (int64_t i = 0; i < hd; i++) out[i] /= total;
+}
+
+static void attend(const Shape *s, const Layer *ly, const float *q, int64_t base, int64_t end, const uint8_t *seen,
+                   float *scores, float *out) {
+    const int bf16 = s->bf16;
+    switch (s->head_dim % VL ? 0 : s->head_dim / VL) {
+#define ATTEND(HV)                                                                                                   \
+    case HV:                                                                                                         \
+        if (bf16) attend_vectors(HV, 1, s, ly, q, base, end, seen, scores, out);                                     \
+        else attend_vectors(HV, 0, s, ly, q, base, end, seen, scores, out);                                          \
+        break;
+        ATTEND(2)
+        ATTEND(4)
+        ATTEND(8)
+        ATTEND(16)
+#undef ATTEND
+    default: attend_any(s, ly, q, base, end, seen, scores, out);
+    }
+}
+
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
  * positions [M]; prefix: cache entries before these rows (the same for every layer given);
  * allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
@@ -499,6 +829,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     clear_input(&w.act, M);
     rope_table(w.rope, positions, M, hd, inv_freq, s->rope_scaling);
     Barrier barrier = {0, 0};
+    int64_t (*tickets)[5] = calloc((size_t)n_layers + 1, sizeof *tickets); /* each stage's next piece */
+    if (!tickets) return SPECVIZ_NO_MEMORY;
     for (int64_t i = 0; i < M * d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
 
 #pragma omp parallel num_threads(threads)
@@ -507,14 +839,12 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         team_position(&thread, &team);
         int sense = 0;
         Input *mine = &w.mine[thread];
-        const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread owns whole heads */
-        const int64_t u0 = units * thread / team, u1 = units * (thread + 1) / team;
+        const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread takes whole heads */
         for (int li = 0; li < n_layers; li++) {
             const Layer *ly = &layers[li];
-            int64_t n0, n1;
             /* A: norm (each thread its own copy), q ‖ k ‖ v, RoPE, keys and values into the cache */
             rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine);
-            for (int64_t u = u0; u < u1; u++) {
+            for (int64_t u = take(&tickets[li][0]); u < units; u = take(&tickets[li][0])) {
                 const void *weight = u < s->heads ? ly->q : u < s->heads + s->kv_heads ? ly->k : ly->v;
                 int64_t first = u < s->heads ? u : u < s->heads + s->kv_heads ? u - s->heads : u - s->heads - s->kv_heads;
                 product(weight, bf16, mine, M, d, first * hd, (first + 1) * hd, w.qkv + (u - first) * hd, qkv_size);
@@ -530,81 +860,52 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             }
             meet(&barrier, team, &sense);
             /* B: attention, one (row, head) per task, keys in cache order, the unseen ones skipped */
-            for (int64_t task = M * s->heads * thread / team; task < M * s->heads * (thread + 1) / team; task++) {
-                int64_t m = task / s->heads, h = task % s->heads, kvh = h / groups;
-                const float *qv = w.qkv + m * qkv_size + h * hd;
-                float *scores = w.scores + (int64_t)thread * s->capacity;
-                float best = -INFINITY;
-                for (int64_t j = 0; j < L; j++) {
-                    int seen = allowed ? allowed[m * L + j] : (j <= prefix + m);
-                    if (!seen) continue;
-                    int64_t at = (kvh * s->capacity + j) * hd;
-                    vf acc = {0};
-                    float tail = 0.0f;
-                    int64_t i = 0;
-                    if (bf16)
-                        for (; i + VL <= hd; i += VL) acc += load_f32(qv + i) * load_bf16((const uint16_t *)ly->keys + at + i);
-                    else
-                        for (; i + VL <= hd; i += VL) acc += load_f32(qv + i) * load_f32((const float *)ly->keys + at + i);
-                    for (; i < hd; i++) tail += qv[i] * load_hidden(ly->keys, bf16, at + i);
-                    float score = (reduce(acc) + tail) * s->scaling;
-                    scores[j] = score;
-                    if (score > best) best = score;
-                }
-                exp_shifted(scores, L, best); /* unseen entries hold stale values: never read below */
-                float total = 0.0f;
+            for (int64_t task = take(&tickets[li][1]); task < M * s->heads; task = take(&tickets[li][1])) {
+                int64_t m = task / s->heads, h = task % s->heads;
                 float out[512];
-                for (int64_t i = 0; i < hd; i++) out[i] = 0.0f;
-                for (int64_t j = 0; j < L; j++) {
-                    int seen = allowed ? allowed[m * L + j] : (j <= prefix + m);
-                    if (!seen) continue;
-                    float p = scores[j];
-                    total += p;
-                    int64_t at = (kvh * s->capacity + j) * hd;
-                    if (bf16)
-                        for (int64_t i = 0; i < hd; i++) out[i] += p * bf16_to_f32(((const uint16_t *)ly->values)[at + i]);
-                    else
-                        for (int64_t i = 0; i < hd; i++) out[i] += p * ((const float *)ly->values)[at + i];
-                }
-                for (int64_t i = 0; i < hd; i++) input_set(&w.attended, bf16, m, h * hd + i, out[i] / total);
+                attend(s, ly, w.qkv + m * qkv_size + h * hd, (h / groups) * s->capacity,
+                       allowed ? L : prefix + m + 1, allowed ? allowed + m * L : NULL,
+                       w.scores + (int64_t)thread * s->capacity, out);
+                input_set_row(&w.attended, bf16, m, h * hd, out, hd);
             }
             meet(&barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns) */
-            share(d, thread, team, &n0, &n1);
-            product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d);
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
+            for (int64_t p = take(&tickets[li][2]); p * P < d; p = take(&tickets[li][2])) {
+                int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
+                product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
+            }
             meet(&barrier, team, &sense);
-            /* D: norm (own copy), gate and up row by row together, into SiLU(gate) * up */
+            /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
-            share(s->inter, thread, team, &n0, &n1);
-            for (int64_t n = n0; n < n1; n += R) {
-                int64_t e = n + R < n1 ? n + R : n1;
-                float gate[64 * R], up[64 * R];
+            for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = take(&tickets[li][3])) {
+                int64_t n = p * P, e = n + P < s->inter ? n + P : s->inter;
+                float gate[64 * P], up[64 * P];
                 for (int64_t m0 = 0; m0 < M; m0 += 64) {
                     int64_t mc = M - m0 < 64 ? M - m0 : 64;
-                    Input part = *mine;
-                    part.f += m0 * part.Kp;
-                    part.h += m0 * part.Kp;
-                    product(ly->gate, bf16, &part, mc, d, n, e, gate - n, R);
-                    product(ly->up, bf16, &part, mc, d, n, e, up - n, R);
-                    silu_times(gate, up, mc * R);
-                    for (int64_t m = 0; m < mc; m++)
-                        for (int64_t c = n; c < e; c++) input_set(&w.act, bf16, m0 + m, c, gate[m * R + c - n]);
+                    Input part = rows_from(mine, m0);
+                    product(ly->gate, bf16, &part, mc, d, n, e, gate - n, P);
+                    product(ly->up, bf16, &part, mc, d, n, e, up - n, P);
+                    for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
+                    input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }
             }
             meet(&barrier, team, &sense);
             /* E: down projection, added to the residual, rounded to the model's dtype at the layer's end */
-            share(d, thread, team, &n0, &n1);
-            product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d);
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t n = n0; n < n1; n++) {
-                    float value = w.residual[m * d + n] + w.qkv[m * d + n];
-                    w.residual[m * d + n] = bf16 ? round_bf16(value) : value;
-                }
+            for (int64_t p = take(&tickets[li][4]); p * P < d; p = take(&tickets[li][4])) {
+                int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
+                product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = n0; n < n1; n++) {
+                        float value = w.residual[m * d + n] + w.qkv[m * d + n];
+                        w.residual[m * d + n] = bf16 ? round_bf16(value) : value;
+                    }
+            }
             meet(&barrier, team, &sense);
         }
     }
+    free(tickets);
     for (int64_t i = 0; i < M * d; i++) store_hidden(hidden, bf16, i, w.residual[i]);
     return SPECVIZ_OK;
 }
@@ -623,13 +924,11 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     for (int64_t i = 0; i < M * s->d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
     clear_input(&w.normed, M);
     rms_norm_rows(w.residual, M, s->d, norm, bf16, s->eps, &w.normed);
+    int64_t next = 0;
 #pragma omp parallel num_threads(threads)
     {
-        int thread, team;
-        team_position(&thread, &team);
-        int64_t n0, n1;
-        share(vocab, thread, team, &n0, &n1);
-        product(head, bf16, &w.normed, M, s->d, n0, n1, logits, vocab);
+        for (int64_t p = take(&next); p * P < vocab; p = take(&next))
+            product(head, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab, logits, vocab);
     }
     return SPECVIZ_OK;
 }
@@ -645,6 +944,7 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int64_t N
     if (!x || !w || !y) return SPECVIZ_BAD_POINTER;
     Input in;
     in.Kp = padded(K);
+    in.ld = M;
     in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
     in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
     if (!in.f || !in.h) {
