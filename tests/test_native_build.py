@@ -138,6 +138,7 @@ def test_the_avx2_build_compiles_without_avx512_computes_alike_and_keys_apart(fr
     assert loaded.info.isa == "avx2" and "-march=x86-64-v3" in loaded.info.flags and loaded.info.openmp
     assert loaded.path.name.endswith("-avx2-omp" + library._suffix()) and loaded.path.parent.parent == fresh
     assert native_step.build_id().endswith("-avx2") and native_id.endswith("-native")
+    assert native_step.build_info() == loaded.info and native_step.build_description().endswith("OpenMP, ISA avx2")
     assert native_step.build_id().split("-")[0] != native_id.split("-")[0]
     assert avx2.target.native.lib is not reference.target.native.lib
     with torch.inference_mode():
