@@ -63,6 +63,46 @@ def test_a_chunk_and_a_tree_give_each_row_the_bits_of_one_token_steps(dtype):
         assert torch.equal(tree_logits[[0, 3, 4, 5, 6]], stepped)
 
 
+def odd_llama(dtype: torch.dtype) -> torch.nn.Module:
+    """Shapes that cross every boundary the step cuts work at: a hidden size of 1.5 panels (64 outputs on AVX-512),
+    heads of 24 (narrower than a panel, not a multiple of it), a vocabulary that ends mid-panel."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=200, hidden_size=96, intermediate_size=200, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval().to(dtype)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_row_count_1_to_65_gives_the_bits_of_one_row_steps_on_one_thread(dtype):
+    """Row invariance by construction, tested where it could break: every row count 1–65 (tiles of several rows,
+    the 64-row chunks of the MLP, attention blocks of whole vectors and their tails), two threads against one."""
+    stack = Engine(odd_llama(dtype)).target
+    prefix, tokens = list(range(3, 10)), [(11 * i + 5) % 200 for i in range(65)]
+    threads = torch.get_num_threads()
+    with torch.inference_mode():
+        torch.set_num_threads(1)
+        try:
+            cache = stack.new_cache(128)
+            stack.forward(prefix, cache)
+            stepped = torch.cat([stack.forward([token], cache) for token in tokens])
+        finally:
+            torch.set_num_threads(max(threads, 2))
+        try:
+            cache = stack.new_cache(128)
+            stack.forward(prefix, cache)
+            for n in range(1, 66):
+                together = stack.forward(tokens[:n], cache)
+                cache.crop(len(prefix))
+                assert torch.equal(together, stepped[:n]), f"{n} rows differ from one-row steps"
+        finally:
+            torch.set_num_threads(threads)
+
+
 def test_a_mask_given_explicitly_is_the_causal_default():
     stack = Engine(tiny_llama(vocab=64, layers=2, seed=2)).target
     ids = list(range(3, 19))
