@@ -75,7 +75,9 @@ typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
 
 typedef struct {
-    const void *q, *k, *v, *o, *gate, *up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype */
+    const void *q, *k, *v, *o, *gate, *up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype;
+                                                   * gate: gate's and up's panels interleaved (gate 0, up 0, gate 1,
+                                                   * …) so stage D reads one stream; up: unused (the same pointer) */
     const void *norm1, *norm2;                   /* [d] */
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
 } Layer;
@@ -248,6 +250,8 @@ static inline int64_t panel_elems(int64_t K, int bf16) { return PAIRS(bf16) ? (K
 
 /* The packed layout's name (its panel width, and whether k comes in pairs): packed copies are kept per layout. */
 int specviz_panel_layout(int bf16) { return P * 2 + PAIRS(bf16); }
+
+int64_t specviz_panel_elems(int64_t K, int bf16) { return K < 1 ? 0 : panel_elems(K, bf16); }
 
 int64_t specviz_packed_elems(int64_t N, int64_t K, int bf16) {
     if (N < 1 || K < 1) return 0;
@@ -885,8 +889,9 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 for (int64_t m0 = 0; m0 < M; m0 += 64) {
                     int64_t mc = M - m0 < 64 ? M - m0 : 64;
                     Input part = rows_from(mine, m0);
-                    product(ly->gate, bf16, &part, mc, d, n, e, gate - n, P);
-                    product(ly->up, bf16, &part, mc, d, n, e, up - n, P);
+                    const char *pair = (const char *)ly->gate + 2 * p * panel_elems(d, bf16) * (bf16 ? 2 : 4);
+                    product_panel(pair, bf16, &part, mc, d, gate, P); /* all P lanes: the buffer holds them */
+                    product_panel(pair + panel_elems(d, bf16) * (bf16 ? 2 : 4), bf16, &part, mc, d, up, P);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
                     input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }
