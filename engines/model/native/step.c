@@ -7,10 +7,11 @@
  * small operations are folded into the products' loops, and threads meet at a barrier between stages
  * (llama.cpp's ggml-cpu does the same).
  *
- * Row invariance by construction: every output element is summed in one fixed order (lane-wise over k in
- * steps of one vector, then the lanes in a fixed tree), one thread computes it whole, and attention visits a
- * query's keys in cache order and skips the ones it may not see. So a row's bits never depend on how many
- * rows share the call: a chunk or a tree verified in one forward gets what one-token steps would get.
+ * Row invariance by construction: every output element of a product is one vector lane summing its k in
+ * ascending order (the weights are packed so that a lane is an output: see "products" below), one thread
+ * computes it whole, and attention visits a query's keys in cache order, skips the ones it may not see and
+ * reduces each score by one fixed tree. So a row's bits never depend on how many rows share the call or on
+ * which thread took it: a chunk or a tree verified in one forward gets what one-token steps would get.
  *
  * Numerics of a 16-bit (bf16) model: the residual stream is fp32 inside a layer and rounded to bf16 at each
  * layer's end (as the Hugging Face layer returns it, so any split of the layers gives the same bits); a
