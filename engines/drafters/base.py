@@ -84,10 +84,3 @@ def chain_draft(tokens: list[int], qs: list[torch.Tensor | None], logprobs: list
     probs = torch.stack(qs) if qs and qs[0] is not None else None
     return Draft(tokens, probs, logprobs, hidden, exit_layer)
 
-
-def finish_draft(tokens: list[int], qs: list[torch.Tensor | None], logits_rows: list[torch.Tensor],
-                 hidden: torch.Tensor | None = None, exit_layer: int = 0) -> Draft:
-    """Bundle per-step choices into a :class:`Draft`, with log q of each token for the trace."""
-    logprobs = [float(torch.log_softmax(row, -1)[t]) for row, t in zip(logits_rows, tokens)]
-    probs = torch.stack(qs) if qs and qs[0] is not None else None
-    return Draft(tokens, probs, logprobs, hidden, exit_layer)

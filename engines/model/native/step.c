@@ -264,22 +264,18 @@ int specviz_pack(const void *w, int64_t N, int64_t K, int bf16, void *out) {
     if (!w || !out) return SPECVIZ_BAD_POINTER;
     if (N < 1 || K < 1) return SPECVIZ_BAD_SHAPE;
     const int64_t panels = (N + P - 1) / P, pe = panel_elems(K, bf16);
-    const int pairs = PAIRS(bf16);
+    const int group = PAIRS(bf16) ? 2 : 1; /* k per step: [k/2][P][2] with pairs, else [k][P] */
+    const int64_t steps = (K + group - 1) / group;
     for (int64_t p = 0; p < panels; p++) {
-        for (int64_t i = 0; i < pe; i++) { /* i walks the panel in memory order */
-            int64_t k, lane;
-            if (pairs) { /* [k/2][P][2] */
-                k = i / (2 * P) * 2 + i % 2;
-                lane = i / 2 % P;
-            } else { /* [k][P] */
-                k = i / P;
-                lane = i % P;
-            }
-            int64_t n = p * P + lane;
-            int inside = n < N && k < K;
-            if (bf16) ((uint16_t *)out)[p * pe + i] = inside ? ((const uint16_t *)w)[n * K + k] : 0;
-            else ((float *)out)[p * pe + i] = inside ? ((const float *)w)[n * K + k] : 0.0f;
-        }
+        int64_t i = p * pe; /* walks the panel in memory order */
+        for (int64_t s = 0; s < steps; s++)
+            for (int64_t lane = 0; lane < P; lane++)
+                for (int j = 0; j < group; j++, i++) {
+                    int64_t n = p * P + lane, k = s * group + j;
+                    int inside = n < N && k < K;
+                    if (bf16) ((uint16_t *)out)[i] = inside ? ((const uint16_t *)w)[n * K + k] : 0;
+                    else ((float *)out)[i] = inside ? ((const float *)w)[n * K + k] : 0.0f;
+                }
     }
     return SPECVIZ_OK;
 }
