@@ -92,14 +92,18 @@ def test_cpu_facts_degrade_when_proc_cannot_be_read(no_linux):
 
 
 def test_the_cpu_is_named_by_the_os_without_proc(no_linux, monkeypatch):
-    """The verify-cost curves are keyed by CPU model: on macOS, ``sysctl``'s brand string names it."""
+    """The verify-cost curves and the native build are keyed by CPU model: on macOS, ``sysctl``'s brand string
+    names it."""
     def sysctl(command, **kwargs):
         assert command == ["sysctl", "-n", "machdep.cpu.brand_string"]
         return subprocess.CompletedProcess(command, 0, "Apple M2\n", "")
 
-    monkeypatch.setattr(verify_cost.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(verify_cost.subprocess, "run", sysctl)
+    from engines.model import machine
+
+    monkeypatch.setattr(machine.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(machine.subprocess, "run", sysctl)
     assert verify_cost._cpu_name().startswith("Apple M2|")
+    assert machine.cpu_identity() == "Apple M2"  # the native build's key names the same CPU
 
 
 # --- processes -------------------------------------------------------------------------------------

@@ -57,6 +57,13 @@ def cpu_identity() -> str:
     if fields:
         flags = " ".join(sorted((fields.get("flags") or fields.get("features", "")).split()))
         return f"{fields.get('model name', '')}|{flags}"
+    return os_cpu_name()
+
+
+def os_cpu_name() -> str:
+    """Where there is no ``/proc/cpuinfo``: ``sysctl -n machdep.cpu.brand_string`` on macOS ("Apple M2",
+    "Intel(R) Core(TM) i7-…"); :func:`platform.processor` elsewhere (Windows names family, model and stepping
+    there). Empty if neither says."""
     if platform.system() == "Darwin":
         try:
             found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Callable
 import torch
 
 from engines.model.kernels import KernelPlan, available_kernels, install
-from engines.model.machine import cache_dir, write_cache_file
+from engines.model.machine import cache_dir, os_cpu_name, write_cache_file
 
 CURVE_VERSION = 1
 FUSED = "fused"  # the curve's label for forwards through engines.model.fused_layer (packed oneDNN products)
@@ -127,22 +126,8 @@ def _cpu_name() -> str:
         pass
     parts = [fields.get(k, "") for k in ("model name", "cpu family", "model")]
     if not fields:  # nothing read: not Linux
-        parts[0] = _os_cpu_name()
+        parts[0] = os_cpu_name()
     return "|".join(parts + [platform.machine(), str(os.cpu_count())])
-
-
-def _os_cpu_name() -> str:
-    """macOS: ``sysctl -n machdep.cpu.brand_string`` ("Apple M2", "Intel(R) Core(TM) i7-…"); Windows and
-    others: :func:`platform.processor` (Windows names family, model and stepping there). Empty if neither says."""
-    if platform.system() == "Darwin":
-        try:
-            found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                   timeout=5, check=False)
-            if found.returncode == 0 and found.stdout.strip():
-                return found.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor()
 
 
 def curve_path(key: str) -> Path:
