@@ -68,7 +68,15 @@
 #ifndef RN
 #define RN RN_DEFAULT
 #endif
-#define P (RN * VL) /* outputs of one packed panel: the unit a product is split in between threads */
+#define P (RN * VL)
+
+/* Loops over a tile's rows, vectors and lanes unrolled whole (their counts are constants at every call), so the
+ * accumulators are registers: GCC's pragma, or clang's (which GCC 11 does not know). */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 32")
+#endif /* outputs of one packed panel: the unit a product is split in between threads */
 
 typedef float vf __attribute__((vector_size(VL * 4)));
 typedef uint32_t vu __attribute__((vector_size(VL * 4)));
@@ -308,26 +316,26 @@ static inline Input rows_from(const Input *in, int64_t m0) {
 static inline __attribute__((always_inline)) void tile_f32(const void *panel, const int WB, int64_t K, const float *x,
                                                            int64_t ld, const int RMC, float *out, int64_t ostride) {
     vf acc[RM][RN];
-#pragma GCC unroll 32
+UNROLL
     for (int r = 0; r < RMC; r++)
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++) acc[r][c] = (vf){0};
     for (int64_t k = 0; k < K; k++) {
         vf wv[RN];
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++)
             wv[c] = WB ? load_bf16((const uint16_t *)panel + (k * RN + c) * VL)
                        : load_f32((const float *)panel + (k * RN + c) * VL);
-#pragma GCC unroll 32
+UNROLL
         for (int r = 0; r < RMC; r++) {
             vf xb = splat(x[k * ld + r]);
-#pragma GCC unroll 8
+UNROLL
             for (int c = 0; c < RN; c++) acc[r][c] += xb * wv[c];
         }
     }
-#pragma GCC unroll 32
+UNROLL
     for (int r = 0; r < RMC; r++)
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++) store_f32(out + r * ostride + c * VL, acc[r][c]);
 }
 
@@ -336,26 +344,26 @@ static inline __attribute__((always_inline)) void tile_f32(const void *panel, co
 static inline __attribute__((always_inline)) void tile_dpbf16(const uint16_t *panel, int64_t K, const uint16_t *x,
                                                               int64_t ld, const int RMC, float *out, int64_t ostride) {
     __m512 acc[RM][RN];
-#pragma GCC unroll 32
+UNROLL
     for (int r = 0; r < RMC; r++)
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++) acc[r][c] = _mm512_setzero_ps();
     const int64_t halves = (K + 1) / 2;
     const uint32_t *pairs = (const uint32_t *)(const void *)x;
     for (int64_t i = 0; i < halves; i++) {
         __m512i wv[RN];
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++) wv[c] = _mm512_loadu_si512(panel + (i * RN + c) * 32);
-#pragma GCC unroll 32
+UNROLL
         for (int r = 0; r < RMC; r++) {
             __m512bh xb = (__m512bh)_mm512_set1_epi32((int)pairs[i * ld + r]);
-#pragma GCC unroll 8
+UNROLL
             for (int c = 0; c < RN; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[c], xb);
         }
     }
-#pragma GCC unroll 32
+UNROLL
     for (int r = 0; r < RMC; r++)
-#pragma GCC unroll 8
+UNROLL
         for (int c = 0; c < RN; c++) _mm512_storeu_ps(out + r * ostride + c * 16, acc[r][c]);
 }
 #endif
@@ -702,17 +710,17 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
                                                                  float *out) {
     const int64_t hd = s->head_dim;
     vf qv[16], o[16];
-#pragma GCC unroll 16
+UNROLL
     for (int i = 0; i < HV; i++) qv[i] = load_f32(q + i * VL);
     float best = -INFINITY;
     int64_t j = 0;
     for (; j + VL <= end; j += VL) { /* VL keys at a time, seen or not; only the seen ones count */
         vf acc[VL];
-#pragma GCC unroll 16
+UNROLL
         for (int t = 0; t < VL; t++) {
             int64_t at = (base + j + t) * hd;
             vf a = {0};
-#pragma GCC unroll 16
+UNROLL
             for (int i = 0; i < HV; i++)
                 a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
                                    : load_f32((const float *)ly->keys + at + i * VL));
@@ -726,7 +734,7 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
         if (seen && !seen[j]) continue;
         int64_t at = (base + j) * hd;
         vf a = {0};
-#pragma GCC unroll 16
+UNROLL
         for (int i = 0; i < HV; i++)
             a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
                                : load_f32((const float *)ly->keys + at + i * VL));
@@ -736,7 +744,7 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
     }
     exp_shifted(scores, end, best); /* unseen entries hold stale values: never read below */
     float total = 0.0f;
-#pragma GCC unroll 16
+UNROLL
     for (int i = 0; i < HV; i++) o[i] = (vf){0};
     for (int64_t j = 0; j < end; j++) {
         if (seen && !seen[j]) continue;
@@ -744,12 +752,12 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
         total += p;
         vf pv = splat(p);
         int64_t at = (base + j) * hd;
-#pragma GCC unroll 16
+UNROLL
         for (int i = 0; i < HV; i++)
             o[i] += pv * (bf16 ? load_bf16((const uint16_t *)ly->values + at + i * VL)
                                : load_f32((const float *)ly->values + at + i * VL));
     }
-#pragma GCC unroll 16
+UNROLL
     for (int i = 0; i < HV; i++) store_f32(out + i * VL, o[i] / splat(total));
 }
 
