@@ -269,30 +269,51 @@ class NativeStep:
         return self._work
 
     def packed(self, weight: torch.Tensor) -> torch.Tensor:
-        """``weight`` ``[out, in]`` in the step's panels (``specviz_pack``): made on first use and kept on the tensor
-        itself, so it lives and dies with it (a streamed layer's weights are packed each time they are streamed in),
-        and made again when the tensor changes in place (training bumps its version). Costs one more copy of the
-        weights: 269 MB for SmolLM2-135M in bf16, 538 MB in fp32."""
-        bf16 = int(weight.dtype == torch.bfloat16)
-        layout = self.lib.specviz_panel_layout(bf16)
-        key = (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype)
+        """``weight`` ``[out, in]`` in the step's panels (``specviz_pack``): made on first use and kept on the
+        tensor itself, so it lives and dies with it (a streamed layer's weights are packed each time they are
+        streamed in), and made again when the tensor changes in place (training bumps its version). Costs one more
+        copy of the weights: 269 MB for SmolLM2-135M in bf16, 538 MB in fp32."""
+        layout, key = self._packing_key(weight)
         kept = weight.__dict__.setdefault("_specviz_packed", {})  # layout → (key, packed): one per build loaded
-        if layout in kept and kept[layout][0] == key:
-            return kept[layout][1]
+        if layout not in kept or kept[layout][0] != key:
+            kept[layout] = (key, self._pack(weight))
+        return kept[layout][1]
+
+    def packed_pair(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        """Two weights of one shape packed with their panels interleaved (first's panel 0, second's 0, first's 1,
+        …), kept on ``first`` while both stay as they were; the two are not also kept apart, so the pair costs
+        one copy. Why: stage D reads gate and up panel by panel together, and two streams read at once came in
+        at two thirds of one stream's speed on a 2-core Zen 4."""
+        key = (self._packing_key(first), self._packing_key(second))
+        kept = first.__dict__.get("_specviz_pair")
+        if kept is None or kept[0] != key:
+            panel = self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16))
+            pair = torch.stack([self._pack(first).view(-1, panel), self._pack(second).view(-1, panel)], 1)
+            kept = (key, pair.reshape(-1))
+            first.__dict__["_specviz_pair"] = kept
+        return kept[1]
+
+    def _packing_key(self, weight: torch.Tensor) -> tuple:
+        """The build's panel layout, and what would change if the weight did."""
+        layout = self.lib.specviz_panel_layout(int(weight.dtype == torch.bfloat16))
+        return layout, (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype)
+
+    def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         rows = weight.detach().contiguous()
+        bf16 = int(rows.dtype == torch.bfloat16)
         out = torch.empty(self.lib.specviz_packed_elems(rows.shape[0], rows.shape[1], bf16), dtype=rows.dtype)
         _checked(self.lib.specviz_pack(rows.data_ptr(), rows.shape[0], rows.shape[1], bf16, out.data_ptr()), "pack")
-        kept[layout] = (key, out)
         return out
 
     def _weight_pointers(self, layer: nn.Module, index: int) -> tuple[int, ...]:
-        """The packed products' and the norms' addresses for one layer, its weights checked against the model's shapes
-        (q ``[heads·head_dim, d]``, k and v ``[kv_heads·head_dim, d]``, o ``[d, heads·head_dim]``, gate and up
-        ``[inter, d]``, down ``[d, inter]``, the norms ``[d]``, the step's dtype, contiguous, CPU) whenever they change. Why kept: looking up nine weights through nn.Module attributes and their packed
+        """The packed products' and the norms' addresses for one layer, its weights checked against the model's
+        shapes whenever they change (q ``[heads·head_dim, d]``, k and v ``[kv_heads·head_dim, d]``, o ``[d,
+        heads·head_dim]``, gate and up ``[inter, d]``, down ``[d, inter]``, the norms ``[d]``; the step's dtype,
+        contiguous, on the CPU). Why kept: looking up nine weights through nn.Module attributes and their packed
         copies took ~2.5 ms of a 13 ms step for 30 layers. The addresses are reused while the layer holds the same
-        weight tensors (a streamed layer gets new ones each time), each keeps its pointer, shape, dtype and layout, and the first and last
-        product weights keep their versions (training and loading a state dict change them all in place); only
-        the packed copies, which the step owns, and the norms reach C."""
+        weight tensors (a streamed layer gets new ones each time), each keeps its pointer, shape, dtype and
+        layout, and the first and last product weights keep their versions (training and loading a state dict
+        change them all in place). Only the packed copies, which the step owns, and the norms reach C."""
         try:
             weights = _weights(layer)  # looked up every call: a replaced module is seen
         except (KeyError, AttributeError) as missing:
@@ -304,26 +325,13 @@ class NativeStep:
                 or any(new is not old for new, old in zip(weights, found[0]))):
             for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
                 require(f"{name} of layer {index}", weight, self.dtype, shape)
-            q, k, v, o, gate, up, down = (self.packed(w) for w in weights[:7])
-            gate_up = self.interleaved(weights[4], gate, up)
+            q, k, v, o, down = (self.packed(weights[i]) for i in (0, 1, 2, 3, 6))
+            gate_up = self.packed_pair(weights[4], weights[5])
             addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), gate_up.data_ptr(),
                                gate_up.data_ptr(), down.data_ptr()] + [w.data_ptr() for w in weights[7:]])
             found = (weights, now, addresses)
             layer.__dict__["_specviz_weights"] = found
         return found[2]
-
-    def interleaved(self, owner: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-        """Two packed weights of one shape with their panels interleaved (first's panel 0, second's 0, first's 1,
-        …), kept on ``owner`` while both stay the same tensors. Why: stage D reads gate and up panel by panel
-        together, and two streams read at once came in at two thirds of one stream's speed on a 2-core Zen 4."""
-        kept = owner.__dict__.get("_specviz_interleaved")
-        if kept is not None and kept[0] is first and kept[1] is second:
-            return kept[2]
-        out = torch.stack([first.view(-1, self.lib.specviz_panel_elems(owner.shape[1], int(owner.dtype == torch.bfloat16))),
-                           second.view(-1, self.lib.specviz_panel_elems(owner.shape[1], int(owner.dtype == torch.bfloat16)))],
-                          1).reshape(-1)
-        owner.__dict__["_specviz_interleaved"] = (first, second, out)
-        return out
 
     def runs(self, hidden: torch.Tensor, cache) -> bool:
         """Whether a forward of ``hidden`` with ``cache`` runs here."""
