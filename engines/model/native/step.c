@@ -84,9 +84,9 @@ typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
 
 typedef struct {
-    const void *q, *k, *v, *o, *gate, *up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype;
-                                                   * gate: gate's and up's panels interleaved (gate 0, up 0, gate 1,
-                                                   * …) so stage D reads one stream; up: unused (the same pointer) */
+    const void *q, *k, *v, *o, *gate_up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype;
+                                                 * gate_up: gate's and up's panels interleaved (gate 0, up 0,
+                                                 * gate 1, …), so stage D reads one stream */
     const void *norm1, *norm2;                   /* [d] */
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
 } Layer;
@@ -824,7 +824,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         if (positions[m] < 0) return SPECVIZ_BAD_POSITION;
     for (int li = 0; li < n_layers; li++) {
         const Layer *ly = &layers[li];
-        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->gate || !ly->up || !ly->down || !ly->norm1 || !ly->norm2 ||
+        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->gate_up || !ly->down || !ly->norm1 || !ly->norm2 ||
             !ly->keys || !ly->values)
             return SPECVIZ_BAD_POINTER;
     }
@@ -894,7 +894,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 for (int64_t m0 = 0; m0 < M; m0 += 64) {
                     int64_t mc = M - m0 < 64 ? M - m0 : 64;
                     Input part = rows_from(mine, m0);
-                    const char *pair = (const char *)ly->gate + 2 * p * panel_elems(d, bf16) * (bf16 ? 2 : 4);
+                    const char *pair = (const char *)ly->gate_up + 2 * p * panel_elems(d, bf16) * (bf16 ? 2 : 4);
                     product_panel(pair, bf16, &part, mc, d, gate, P); /* all P lanes: the buffer holds them */
                     product_panel(pair + panel_elems(d, bf16) * (bf16 ? 2 : 4), bf16, &part, mc, d, up, P);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);

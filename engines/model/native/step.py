@@ -48,7 +48,7 @@ class Shape(ctypes.Structure):
 
 class LayerPointers(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "o", "gate", "up", "down", "norm1", "norm2", "keys", "values")]
+                ("q", "k", "v", "o", "gate_up", "down", "norm1", "norm2", "keys", "values")]
 
 
 def _library():
@@ -328,7 +328,7 @@ class NativeStep:
             q, k, v, o, down = (self.packed(weights[i]) for i in (0, 1, 2, 3, 6))
             gate_up = self.packed_pair(weights[4], weights[5])
             addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), gate_up.data_ptr(),
-                               gate_up.data_ptr(), down.data_ptr()] + [w.data_ptr() for w in weights[7:]])
+                               down.data_ptr()] + [w.data_ptr() for w in weights[7:]])
             found = (weights, now, addresses)
             layer.__dict__["_specviz_weights"] = found
         return found[2]
@@ -419,8 +419,7 @@ class NativeStep:
         rows = x.reshape(-1, in_features).contiguous()
         if rows.shape[0] == 0:  # no rows: nothing to compute (step.c refuses M < 1)
             return torch.empty(*x.shape[:-1], out_features, dtype=torch.float32)
-        weight = weight.contiguous()
-        bias = bias.contiguous() if bias is not None else None
+        bias = bias.contiguous() if bias is not None else None  # the weight reaches C packed (contiguous)
         out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
         _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], in_features, self.packed(weight).data_ptr(),
                                          out_features, bias.data_ptr() if bias is not None else None,
