@@ -7,7 +7,6 @@ measured τ and stage costs (specviz.views.cats_costs.TimeModel), on the first t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engines import Engine  # noqa: E402
+from engines.storage import write_json_atomic  # noqa: E402
 from specviz.experiments.cats_sweeps import memory_settings  # noqa: E402
 from specviz.prompts import load_prompts  # noqa: E402
 from specviz.views.cats_costs import TimeModel, pool, run_costs  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> None:
         print(f"{name}: measured {measured:.2f}×, §7.6 model {predicted:.2f}× at τ {model.tau:.2f} "
               f"({measured / predicted:.0%} of the model), BPT {model.bytes_per_token / 1e6:.1f} MB")
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        write_json_atomic(args.out, report, indent=1)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from pathlib import Path
 from PIL import Image
 from store_notebook_outputs import optimize_png  # the same 256-colour palette as the notebooks' figures
 
+from engines.storage import write_bytes_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE, TARGET = ROOT / "tests" / "artifacts", ROOT / "docs" / "screenshots"
 WIDTH = 1000  # readable on GitHub, a fraction of the full-size bytes
@@ -31,7 +33,7 @@ def main() -> int:
         png = io.BytesIO()
         image.save(png, format="png")
         out = TARGET / shot.name
-        out.write_bytes(optimize_png(png.getvalue()))
+        write_bytes_atomic(out, optimize_png(png.getvalue()))
         print(f"{out.relative_to(ROOT)}: {out.stat().st_size / 1024:.0f} kB")
     return 0
 

@@ -304,7 +304,10 @@ def store(path: Path, render: Render) -> dict:
     executed = time.perf_counter()
     stats = shrink_notebook(nb, render)
     nbformat.validate(nb)
-    nbformat.write(nb, path)
+    from engines.storage import write_text_atomic  # here: the helpers above, imported by tests, need no engine
+
+    text = nbformat.writes(nb)
+    write_text_atomic(path, text if text.endswith("\n") else text + "\n")  # as nbformat.write ends it
     return {**stats, "execute_s": executed - started, "render_s": time.perf_counter() - executed,
             "bytes": path.stat().st_size}
 

@@ -12,6 +12,7 @@ from engines.core.trace import Commit, RunEnd
 from engines.lanes import LaneError, LaneSpec
 from engines.model.native.step import build_description as native_build_description
 
+from engines.storage import write_json_atomic
 from .cli_parser import MEMORY_STATS, build_parser, memory_arguments, method_option_fields
 from .views.tokens import ansi
 
@@ -261,8 +262,8 @@ def agreement_command(args) -> int:
     for name, row in result.items():
         print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in ks) + " |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"on": args.on, "dtype": engine.dtype, "records": len(records),
-                                              "agreement": result}, indent=2) + "\n")
+        write_json_atomic(args.out, {"on": args.on, "dtype": engine.dtype, "records": len(records),
+                                     "agreement": result}, indent=2)
     return 0
 
 
@@ -295,8 +296,7 @@ def lanes_physics_command(args) -> int:
         engine.close()
     print(to_markdown(result))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        write_json_atomic(args.out, result, indent=2)
     return 0
 
 

@@ -145,10 +145,9 @@ def check_no_overlap(prompts: Iterable[dict], eval_path: str | Path = DEFAULT_EV
 
 def write_prompts(path: str | Path, prompts: Iterable[dict]) -> Path:
     """Write prompts as JSON lines (one Spec-Bench record per line), creating the folder if needed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts))
-    return path
+    from engines.storage import write_lines_atomic  # here: the rest of this module needs no engine (no torch)
+
+    return write_lines_atomic(path, (json.dumps(p, ensure_ascii=False) for p in prompts))
 
 
 # --- shared helpers ---------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from engines.training.corpus import read_corpus
-from engines.training.corpus_chunks import _write_gz, chunk_path, read_jsonl_gz, summary
+from engines.storage import write_lines_atomic
+from engines.training.corpus_chunks import chunk_path, read_jsonl_gz, summary
 from engines.training.prompt_synthesis import CATEGORIES, compose, plan
 from specviz.cli import parse_chunks
 
@@ -57,8 +58,8 @@ def test_chunks_parse_and_reject_nonsense():
 def test_a_folder_of_finished_chunks_reads_as_one_corpus(tmp_path):
     records = [{"id": f"s-{i:06d}", "category": "qa", "mode": "greedy", "turn": 0, "prompt_ids": [1, 2],
                 "answer_ids": list(range(i + 1))} for i in range(4)]
-    _write_gz(chunk_path(tmp_path, 0), (json.dumps(r) for r in records[:2]))
-    _write_gz(chunk_path(tmp_path, 1), (json.dumps(r) for r in records[2:]))
+    write_lines_atomic(chunk_path(tmp_path, 0), (json.dumps(r) for r in records[:2]))
+    write_lines_atomic(chunk_path(tmp_path, 1), (json.dumps(r) for r in records[2:]))
     (tmp_path / "chunk-002.partial.jsonl").write_text(json.dumps(records[0]) + "\n")  # unfinished: not read
     assert read_corpus(tmp_path) == records
     made = summary(tmp_path)

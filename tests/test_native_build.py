@@ -163,6 +163,44 @@ def test_a_second_compiler_builds_where_the_first_fails_and_the_failure_is_remem
     assert library.load(native_step.SOURCE).info.compiler == "/opt/cc2" and len(calls) == 2
 
 
+def test_a_library_that_no_longer_loads_is_said_once_and_built_again(fresh, monkeypatch, built, caplog):
+    """A build damaged in the cache (a copy cut short, a disk error): set aside by name and rebuilt, once. (The
+    damaged file is put where cc1's build goes before this process loads it: a path already loaded would be
+    served from memory.)"""
+    from engines import storage
+
+    calls = stand_in(monkeypatch, built, refuses=lambda command: False)
+    monkeypatch.setattr(storage, "_reported", set())
+    caplog.set_level("WARNING", logger=storage.__name__)
+    digest = library._digest(native_step.SOURCE.read_text(), "/opt/cc1", [*library.flags(), "-fopenmp"])
+    damaged = fresh / "kernels" / f"{native_step.SOURCE.stem}-{digest}-native-omp{library._suffix()}"
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"\x7fELF cut short")
+    loaded = library.load(native_step.SOURCE)
+    assert loaded.library is not None and loaded.path == damaged and loaded.info.compiler == "/opt/cc1"
+    assert len(calls) == 1 and damaged.with_name(damaged.name + ".corrupt").read_bytes() == b"\x7fELF cut short"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == storage.__name__]
+    assert line.startswith(f"specviz: the native build {damaged} is damaged (it does not load: ")
+    assert line.endswith("it will be built again")
+
+
+def test_a_build_that_does_not_load_is_remembered_and_the_next_compiler_runs(fresh, monkeypatch, built):
+    calls = stand_in(monkeypatch, built, refuses=lambda command: False)
+    copy = library._run_compiler
+
+    def cc1_builds_junk(command: list[str]) -> None:
+        copy(command)
+        if command[0] == "/opt/cc1":
+            Path(command[command.index("-o") + 1]).write_bytes(b"not a library")
+
+    monkeypatch.setattr(library, "_run_compiler", cc1_builds_junk)
+    loaded = library.load(native_step.SOURCE)
+    assert loaded.info.compiler == "/opt/cc2" and loaded.attempts[0].startswith("cc1: builds but cannot load")
+    monkeypatch.setattr(library, "_loaded", {})  # the next process does not build with cc1 again
+    assert library.load(native_step.SOURCE).info.compiler == "/opt/cc2" and [c[0] for c in calls] == ["/opt/cc1",
+                                                                                                       "/opt/cc2"]
+
+
 def test_where_no_compiler_builds_it_the_reasons_come_back(fresh, monkeypatch, built):
     calls = stand_in(monkeypatch, built, refuses=lambda command: True)
     loaded = library.load(native_step.SOURCE)

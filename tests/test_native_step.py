@@ -3,7 +3,6 @@ and out of the way where it cannot run. Tiny random Llamas; each test well under
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import pytest
@@ -165,7 +164,7 @@ def test_the_default_dtype_is_the_measured_choice_measured_once(tmp_path, monkey
         measured.append(model)
         choice = step_choice.StepChoice("", timed, "a CPU", 2, "2026-11-26")
         choice.dtype = min(step_choice.DTYPES, key=choice.step_ms)
-        step_choice.write_cache_file(step_choice._path(model), json.dumps(asdict(choice)))
+        step_choice.write_json_atomic(step_choice._path(model), asdict(choice))
         return choice
 
     monkeypatch.setattr(step_choice, "measure", fake_measure)

@@ -115,6 +115,19 @@ def test_a_failed_build_is_said_once(fresh_kernel, monkeypatch, caplog, tmp_path
     assert line.startswith("specviz: the small-M kernel failed to build or load (") and "instead" in line
 
 
+@pytest.mark.skipif(not small_m_kernel.supported_here() or small_m_kernel.find_compiler() is None,
+                    reason="an x86-64 Linux CPU with AVX2 and a C compiler")
+def test_a_library_that_no_longer_loads_is_built_again(fresh_kernel, caplog):
+    from engines import storage
+
+    caplog.set_level("WARNING", logger=storage.__name__)
+    small_m_kernel.library_path().parent.mkdir(parents=True)
+    small_m_kernel.library_path().write_bytes(b"not a library")
+    assert small_m_kernel.kernel() is not None
+    assert any(str(small_m_kernel.library_path()) in r.getMessage() and "does not load" in r.getMessage()
+               for r in caplog.records if r.name == storage.__name__)
+
+
 def test_a_platform_the_kernel_was_not_written_for_stays_silent(fresh_kernel, monkeypatch, caplog):
     monkeypatch.setattr(small_m_kernel, "_platform_fits", lambda: False)  # macOS, Windows, ARM
     monkeypatch.setattr(small_m_kernel, "_compiler", lambda: None)

@@ -143,8 +143,11 @@ def test_card_that_disagrees_with_weights_is_refused(setup, monkeypatch):
     refused(edit_card={"vocab_size": 49152}, match="vocab_size")
     refused(edit_card={"hidden_size": 64}, match="hidden_size")
     refused(edit_card={"draft_vocab_size": 7}, match="draft vocabulary")
-    refused(edit_weights=lambda w: {**w, "proj.weight": torch.zeros(3, 3, dtype=torch.float16)}, match="proj.weight")
-    refused(edit_weights=lambda w: {k: v for k, v in w.items() if k != "norm.weight"}, match="missing")
+    odd_shape = lambda w: {**w, "proj.weight": torch.zeros(3, 3, dtype=torch.float16)}  # noqa: E731
+    refused(edit_weights=odd_shape, match="not the file its card describes")  # the card's size and sha256
+    before = {"weights": None}  # a card written before it recorded its weights: their shapes decide
+    refused(edit_card=before, edit_weights=odd_shape, match="proj.weight")
+    refused(edit_card=before, edit_weights=lambda w: {k: v for k, v in w.items() if k != "norm.weight"}, match="missing")
     load_trained("exit@1-norm", engine.target)  # the untouched files still load
 
 

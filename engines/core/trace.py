@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
 
+from engines.storage import write_lines_atomic
+
 SCHEMA_VERSION = 6
 
 
@@ -409,14 +411,25 @@ def event_from_dict(record: dict) -> Event:
 
 
 def write_jsonl(events: Iterable[Event], path: str | Path) -> None:
-    with open(path, "w") as out:
-        for event in events:
-            out.write(json.dumps(event.to_dict()) + "\n")
+    """One event a line, the file whole or not at all (:mod:`engines.storage`): a run killed while its trace is
+    written leaves the previous trace, never one cut at an event."""
+    write_lines_atomic(path, (json.dumps(event.to_dict()) for event in events))
 
 
 def read_jsonl(path: str | Path) -> list[Event]:
-    with open(path) as source:
-        return [event_from_dict(json.loads(line)) for line in source if line.strip()]
+    """The events of a trace; a line that is not a whole event is a ``ValueError`` naming the file and the line
+    (a trace is a result the user chose to keep, so it is refused, not set aside)."""
+    events = []
+    with open(path, encoding="utf-8") as source:
+        for number, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(event_from_dict(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"trace {path}, line {number}: not a whole event ({error!r}); the file was cut "
+                                 "short or edited — record the run again") from None
+    return events
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Trained drafters shipped in ``data/drafts/<name>/``: fp16 safetensors plus a model card (JSON).
 
 One loader serves every method: :func:`load_trained` reads the card, checks it against the target
-and against the weights (a card that disagrees with its weights — shapes, vocabulary — is refused),
-and builds the module in the target's dtype and device. Names:
+and against the weights (a card that disagrees with its weights — their size and sha256 where the card
+records them, shapes, vocabulary — is refused with what to do), and builds the module in the target's
+dtype and device. :func:`save_trained` writes weights and card together, whole or not at all. Names:
 
 - ``tiny`` — an independent ``LlamaForCausalLM`` (the target's first layers, the top ones distilled),
   usable by ``sps`` and by Hugging Face's ``generate(assistant_model=…)``;
@@ -18,17 +19,21 @@ are taken from the target at load time, which keeps every file small.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from engines.drafters.model_draft import restrict_head_to_vocab
 from engines.drafters.registry import KINDS_BY_NAME, drafter_kind
 from engines.model.layers import LayerStack
+from engines.storage import report_once, staged_directory
 
+WEIGHTS = "model.safetensors"
 SHIPPED_DRAFTS = Path(__file__).resolve().parents[2] / "data" / "drafts"
 
 
@@ -38,8 +43,10 @@ def drafts_dir() -> Path:
 
 
 def available() -> list[str]:
+    """Drafters with a card (a name starting with a dot is a save in progress, or one a killed run left)."""
     root = drafts_dir()
-    return sorted(p.name for p in root.iterdir() if (p / "card.json").exists()) if root.exists() else []
+    return sorted(p.name for p in root.iterdir()
+                  if not p.name.startswith(".") and (p / "card.json").exists()) if root.exists() else []
 
 
 def exit_head_name(exit_layer: int, kind: str) -> str:
@@ -47,12 +54,24 @@ def exit_head_name(exit_layer: int, kind: str) -> str:
     return f"cats@{exit_layer}" if kind == "cats" else f"exit@{exit_layer}-{kind}"
 
 
+REMEDY = ("restore the folder whole (a shipped drafter: `git checkout -- data/drafts/{name}`) or train it again "
+          "(`specviz train`)")
+
+
 def read_card(name: str) -> dict:
+    """The drafter's card; ``ValueError`` naming it where there is none or it does not read (a drafter is data the
+    project ships, not a cache: it is refused, never quietly replaced)."""
     path = drafts_dir() / name / "card.json"
     if not path.exists():
         raise ValueError(f"no trained drafter {name!r} in {drafts_dir()}; available: {', '.join(available()) or 'none'}"
                          " (train one with `specviz train`)")
-    return json.loads(path.read_text())
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"drafter {name!r}: {path} does not read ({error}); {REMEDY.format(name=name)}") from None
+    if not isinstance(card, dict):
+        raise ValueError(f"drafter {name!r}: {path} is not a card (a JSON object); {REMEDY.format(name=name)}")
+    return card
 
 
 def check_card_against_target(card: dict, stack: LayerStack) -> None:
@@ -84,13 +103,46 @@ def draft_vocab(module: torch.nn.Module) -> torch.Tensor:
 
 
 def save_trained(name: str, module: torch.nn.Module, card: dict) -> Path:
+    """Weights and card written together into a staging folder renamed into place, so the card in
+    ``data/drafts/NAME`` always describes the weights beside it (their size and sha256, under ``weights``),
+    and a run killed while saving leaves the previous drafter whole."""
     folder = drafts_dir() / name
-    folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.half().cpu().contiguous() for k, v in trained_state(module, card).items()}
     state["draft_vocab"] = draft_vocab(module).to("cpu", torch.int32).contiguous()
-    save_file(state, str(folder / "model.safetensors"))
-    (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    with staged_directory(folder) as staging:
+        save_file(state, str(staging / WEIGHTS))
+        described = {**card, "weights": weights_record(staging / WEIGHTS)}
+        (staging / "card.json").write_text(json.dumps(described, indent=2) + "\n")
     return folder
+
+
+def weights_record(path: Path) -> dict:
+    """What a card says of its weights file: enough to tell it from any other save."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def read_weights(name: str, card: dict) -> dict[str, torch.Tensor]:
+    """The drafter's tensors; ``ValueError`` naming the folder and what to do where the file is missing, does not
+    read (cut short), or is not the file the card describes (cards written before ``weights`` existed are
+    checked by shapes alone, in :func:`load_trained`)."""
+    folder = drafts_dir() / name
+    path = folder / WEIGHTS
+    if not path.exists():
+        raise ValueError(f"drafter {name!r}: {path} is missing; {REMEDY.format(name=name)}")
+    recorded = card.get("weights")
+    if recorded is not None and weights_record(path) != {**recorded, "file": WEIGHTS}:
+        raise ValueError(f"drafter {name!r}: {WEIGHTS} in {folder} is not the file its card describes "
+                         f"({path.stat().st_size} bytes; the card says {recorded.get('bytes')} bytes, sha256 "
+                         f"{str(recorded.get('sha256'))[:12]}…): the two come from different saves, or the file "
+                         f"was damaged; {REMEDY.format(name=name)}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"drafter {name!r}: {path} does not read ({error}); {REMEDY.format(name=name)}") from None
 
 
 def load_trained(name: str, stack: LayerStack) -> tuple[torch.nn.Module, dict]:
@@ -98,7 +150,7 @@ def load_trained(name: str, stack: LayerStack) -> tuple[torch.nn.Module, dict]:
     card = read_card(name)
     check_card_against_target(card, stack)
     module = build_module(card, stack)
-    weights = load_file(str(drafts_dir() / name / "model.safetensors"))
+    weights = read_weights(name, card)
     vocab = weights.pop("draft_vocab", None)
     if vocab is None or vocab.numel() != card["draft_vocab_size"]:
         raise ValueError(f"drafter {name!r}: the card says a draft vocabulary of {card['draft_vocab_size']} tokens, "
@@ -139,7 +191,12 @@ def drafters_for(use: str) -> list[str]:
     dashboard offers and what validation messages list."""
     names = []
     for name in available():
-        kind = KINDS_BY_NAME.get(read_card(name).get("kind"))
+        try:
+            card = read_card(name)
+        except ValueError as error:  # a damaged drafter is not offered; using it by name says why
+            report_once(drafts_dir() / name / "card.json", f"specviz: {error}")
+            continue
+        kind = KINDS_BY_NAME.get(card.get("kind"))
         if kind is not None and use in kind.used_by:
             names.append(name)
     return names

@@ -328,7 +328,7 @@ class LaneGroup:
         command = [sys.executable, "-m", "engines.lanes.worker", "--address", "127.0.0.1", "--port", str(port),
                    "--rank", str(rank), "--world-size", str(self.world), "--lane", self.spec.lanes[rank],
                    "--die-with-parent"]
-        with open(log, "w") as out:
+        with open(log, "w") as out:  # a stream the worker appends to while it lives, read only to explain its death
             self.processes[rank] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                                     stdin=subprocess.DEVNULL, **process_group_options())
 
@@ -540,10 +540,10 @@ def _message_cost_path() -> Path:
 def save_message_cost(cost: MessageCost | None) -> None:
     if cost is None:
         return
-    from engines.model.machine import write_cache_file
+    from engines.storage import write_json_atomic
 
-    write_cache_file(_message_cost_path(), json.dumps({"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
-                                                       "measured": time.strftime("%Y-%m-%d %H:%M")}))
+    write_json_atomic(_message_cost_path(), {"latency_s": cost.latency_s, "bytes_per_s": cost.bytes_per_s,
+                                             "measured": time.strftime("%Y-%m-%d %H:%M")})
 
 
 # What a message costs where lanes cannot run to measure it (no torch.distributed): a loopback hop of
@@ -555,8 +555,14 @@ def load_message_cost() -> MessageCost | None:
     """The message cost measured when lanes last started on this host; ``None`` where none was measured
     yet (the caller starts lanes to measure it), or :data:`ASSUMED_MESSAGE_COST` where lanes cannot run
     here, so that virtual mode still runs."""
-    path = _message_cost_path()
-    if not path.exists():
+    from engines.storage import discard_damaged, read_json_record
+
+    path, what = _message_cost_path(), "the lanes' message cost"
+    record = read_json_record(path, what, then="it will be measured again")
+    if record is None:
         return ASSUMED_MESSAGE_COST if lanes_unavailable() else None
-    record = json.loads(path.read_text())
-    return MessageCost(record["latency_s"], record["bytes_per_s"])
+    try:
+        return MessageCost(float(record["latency_s"]), float(record["bytes_per_s"]))
+    except (KeyError, TypeError, ValueError) as error:
+        discard_damaged(path, what, f"not a message cost: {error!r}", then="it will be measured again")
+        return ASSUMED_MESSAGE_COST if lanes_unavailable() else None

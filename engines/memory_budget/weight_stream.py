@@ -71,7 +71,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import queue
 import re
 import shutil
@@ -91,6 +90,7 @@ from safetensors.torch import save_file
 from engines.core.trace import Commit, Event, StreamChunk
 from engines.model.layers import LayerStack
 from engines.model.machine import cache_dir
+from engines.storage import discard_damaged, staged_directory
 
 MB = 1_000_000
 STREAM_MODES = ("deep", "all")
@@ -234,40 +234,48 @@ def layer_file_name(index: int) -> str:
     return f"layer_{index}.safetensors"
 
 
-def _layer_files_complete(folder: Path, n_layers: int) -> bool:
-    manifest = folder / "manifest.json"
-    if not manifest.exists():
-        return False
-    record = json.loads(manifest.read_text())
-    return (record.get("version") == LAYER_FILES_VERSION and record.get("layers") == n_layers
-            and all((folder / layer_file_name(i)).exists() for i in range(n_layers)))
+def _layer_files_problem(folder: Path, n_layers: int) -> str | None:
+    """Why the layer files in ``folder`` cannot stream (``None``: they are whole): no manifest, one that does not
+    read, another version, a layer file missing or of another size than the manifest wrote down (cut short)."""
+    try:
+        record = json.loads((folder / "manifest.json").read_text())
+    except FileNotFoundError:
+        return "no manifest.json"
+    except (OSError, ValueError) as error:
+        return f"manifest.json does not read: {error}"
+    if not isinstance(record, dict) or record.get("version") != LAYER_FILES_VERSION or record.get("layers") != n_layers:
+        return "another version"
+    sizes = record.get("file_bytes") or []
+    for index in range(n_layers):
+        file = folder / layer_file_name(index)
+        if not file.exists():
+            return f"{file.name} is missing"
+        if index < len(sizes) and file.stat().st_size != sizes[index]:
+            return f"{file.name} holds {file.stat().st_size} bytes, the manifest says {sizes[index]}"
+    return None
 
 
 def write_layer_files(stack: LayerStack, name: str) -> Path:
     """One safetensors file per decoder layer, written once per model and dtype; returns their folder.
 
-    Written to a staging folder renamed into place, so an interrupted write never leaves a partial set.
+    Built in a staging folder renamed into place (:func:`engines.storage.staged_directory`), so an interrupted
+    write never leaves a partial set; a set damaged since (a file cut short) is reported once and written again.
     """
     folder = cache_dir() / "layers" / layer_files_key(stack, name)
-    if _layer_files_complete(folder, stack.n_layers):
+    problem = _layer_files_problem(folder, stack.n_layers) if folder.exists() else "absent"
+    if problem is None:
         return folder
-    staging = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for index, layer in enumerate(stack.layers):
-        tensors = {param_name: p.detach().cpu().contiguous() for param_name, p in layer.named_parameters()}
-        save_file(tensors, str(staging / layer_file_name(index)))
-    (staging / "manifest.json").write_text(json.dumps({
-        "version": LAYER_FILES_VERSION, "model": name, "dtype": str(stack.dtype), "layers": stack.n_layers,
-        "file_bytes": [(staging / layer_file_name(i)).stat().st_size for i in range(stack.n_layers)]}))
-    if not _layer_files_complete(folder, stack.n_layers):
-        shutil.rmtree(folder, ignore_errors=True)  # an incomplete set, or one from an older version
-    try:
-        staging.rename(folder)
-    except OSError:  # another process wrote the same files first
-        shutil.rmtree(staging, ignore_errors=True)
-        if not _layer_files_complete(folder, stack.n_layers):
-            raise
+    if problem == "another version":
+        shutil.rmtree(folder, ignore_errors=True)
+    elif problem != "absent":
+        discard_damaged(folder, "the memory budget's layer files", problem, then="they will be written again")
+    with staged_directory(folder, replace=False) as staging:  # another process's whole set, if first, stays
+        for index, layer in enumerate(stack.layers):
+            tensors = {param_name: p.detach().cpu().contiguous() for param_name, p in layer.named_parameters()}
+            save_file(tensors, str(staging / layer_file_name(index)))
+        (staging / "manifest.json").write_text(json.dumps({
+            "version": LAYER_FILES_VERSION, "model": name, "dtype": str(stack.dtype), "layers": stack.n_layers,
+            "file_bytes": [(staging / layer_file_name(i)).stat().st_size for i in range(stack.n_layers)]}))
     return folder
 
 

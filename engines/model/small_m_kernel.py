@@ -30,7 +30,6 @@ import hashlib
 import logging
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import torch
 from engines.model.machine import cache_dir, cpu_flags
 from engines.model.native.library import build_error
 from engines.model.native.library import compiler as find_compiler
+from engines.storage import discard_damaged, staged_file
 
 MAX_ROWS = 16  # up to here the kernel beats oneDNN on the machine above; a prefill goes to oneDNN
 K_MULTIPLE = 8  # an accumulator covers 8 floats of a row per step
@@ -129,16 +129,35 @@ def library_path() -> Path:
 
 
 def _build(path: Path, compiler: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="specviz-kernel-") as folder:
+    """Compile into ``path``, whole or not at all (:func:`engines.storage.staged_file`): a half-written library
+    is never loaded."""
+    with tempfile.TemporaryDirectory(prefix="specviz-kernel-") as folder, staged_file(path) as staging:
         source = Path(folder) / "small_m_product.c"
         source.write_text(SOURCE)
-        built = Path(folder) / path.name
-        subprocess.run([compiler, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True,
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(staging)], check=True, capture_output=True,
                        timeout=300)
-        staging = path.with_suffix(f".{os.getpid()}.tmp")  # beside the target: a rename within one file system
-        shutil.copyfile(built, staging)
-        os.replace(staging, path)  # atomic: a half-written library is never loaded
+
+
+class _NoCompiler(Exception):
+    """No compiler to build the kernel with."""
+
+
+class _Damaged(Exception):
+    """A library in the cache that was built before and no longer loads."""
+
+
+def _built_library(path: Path) -> ctypes.CDLL:
+    """The library at ``path``, built first if it is not there (a library built earlier needs no compiler)."""
+    if path.exists():
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as error:
+            raise _Damaged(f"it does not load: {build_error(error)}") from None
+    compiler = _compiler()
+    if compiler is None:
+        raise _NoCompiler
+    _build(path, compiler)
+    return ctypes.CDLL(str(path))
 
 
 def kernel():
@@ -151,19 +170,20 @@ def kernel():
 
 
 def _load():
-    """The kernel from the cache, built first if it is not there (a library built earlier needs no compiler)."""
+    """The kernel's function, or ``None`` where it cannot be had here (said once, with why)."""
     if not supported_here():
         return None
     path = library_path()
     try:
-        if not path.exists():
-            compiler = _compiler()
-            if compiler is None:
-                _warn_once("no C compiler found to build the small-M kernel (set CC, or install gcc or cc)")
-                return None
-            _build(path, compiler)
-        function = ctypes.CDLL(str(path)).specviz_small_m_product
-    except (OSError, subprocess.SubprocessError) as error:
+        try:
+            function = _built_library(path).specviz_small_m_product
+        except _Damaged as damaged:  # a library that no longer loads is set aside and built again, once
+            discard_damaged(path, "the small-M kernel", str(damaged), then="it will be built again")
+            function = _built_library(path).specviz_small_m_product
+    except _NoCompiler:
+        _warn_once("no C compiler found to build the small-M kernel (set CC, or install gcc or cc)")
+        return None
+    except (OSError, subprocess.SubprocessError, AttributeError) as error:
         _warn_once(f"the small-M kernel failed to build or load ({build_error(error)})")
         return None
     function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]

@@ -10,7 +10,6 @@ why. The engine, the bench, the CLI and the dashboard report that record (:func:
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import sys
@@ -22,8 +21,9 @@ from typing import Callable
 import torch
 
 from engines.model.loading import DEFAULT_MODEL, check_dtype_device, load_model
-from engines.model.machine import cache_dir, write_cache_file
+from engines.model.machine import cache_dir
 from engines.model.native import step as native_step
+from engines.storage import discard_damaged, read_json_record, write_json_atomic
 
 DTYPES = ("float32", "bfloat16")
 PREFIX = 256  # cached tokens before the timed steps: a typical point in a benchmark turn
@@ -74,11 +74,24 @@ def _path(model: str) -> Path:
     return cache_dir() / "step_choice" / f"{safe}.json"
 
 
+WHAT = "the dtype and step choice"
+THEN = "it will be measured again"
+
+
 def cached(model: str = DEFAULT_MODEL) -> StepChoice | None:
-    try:
-        return StepChoice(**json.loads(_path(model).read_text()))
-    except (OSError, ValueError, TypeError):
+    """The choice measured here before, or ``None`` (then it is measured): none yet, or a damaged record,
+    reported once by name and set aside."""
+    path = _path(model)
+    record = read_json_record(path, WHAT, then=THEN)
+    if record is None:
         return None
+    try:
+        choice = StepChoice(**record)
+        choice.why  # noqa: B018 - a record that cannot say why (a timing missing, not a number) is damaged
+    except (TypeError, KeyError, ValueError, AttributeError) as error:
+        discard_damaged(path, WHAT, f"not a choice: {error!r}", then=THEN)
+        return None
+    return choice
 
 
 def _step_ms(stacks: dict, repeats: int) -> dict[str, float]:
@@ -116,7 +129,7 @@ def measure(model: str = DEFAULT_MODEL, progress: Callable[[str], None] | None =
     choice = StepChoice("", {key: round(value, 3) for key, value in ms.items()}, machine_name(),
                         torch.get_num_threads(), time.strftime("%Y-%m-%d"))
     choice.dtype = min(DTYPES, key=choice.step_ms)
-    write_cache_file(_path(model), json.dumps(asdict(choice), indent=1))
+    write_json_atomic(_path(model), asdict(choice), indent=1)
     say(choice.why)
     return choice
 

@@ -16,7 +16,6 @@ the bytes of weights one decoding step reads ÷ the bandwidth of a large read me
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import statistics
@@ -28,7 +27,8 @@ from typing import Callable
 import torch
 
 from engines.model.kernels import KernelPlan, available_kernels, install
-from engines.model.machine import cache_dir, os_cpu_name, write_cache_file
+from engines.model.machine import cache_dir, os_cpu_name
+from engines.storage import discard_damaged, read_json_record, write_json_atomic
 
 CURVE_VERSION = 1
 FUSED = "fused"  # the curve's label for forwards through engines.model.fused_layer (packed oneDNN products)
@@ -135,19 +135,24 @@ def curve_path(key: str) -> Path:
 
 
 def load_curve(key: str) -> VerifyCost | None:
+    """The cached curve, or ``None`` (then it is measured): none yet, an older version, or a damaged record,
+    which is reported once by name and set aside."""
     path = curve_path(key)
-    if not path.exists():
+    record = read_json_record(path, "the verify-cost curve", then="it will be measured again")
+    if record is None or record.get("version") != CURVE_VERSION:
         return None
-    record = json.loads(path.read_text())
-    if record.get("version") != CURVE_VERSION:
+    try:
+        curve = VerifyCost(**record)
+        if not curve.seconds:
+            raise ValueError("no timings")
+    except (TypeError, ValueError, AttributeError) as error:
+        discard_damaged(path, "the verify-cost curve", f"not a curve: {error}", then="it will be measured again")
         return None
-    return VerifyCost(**record)
+    return curve
 
 
 def save_curve(curve: VerifyCost) -> Path:
-    path = curve_path(curve.key)
-    write_cache_file(path, json.dumps(curve.to_dict(), indent=1) + "\n")
-    return path
+    return write_json_atomic(curve_path(curve.key), curve.to_dict(), indent=1)
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

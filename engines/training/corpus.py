@@ -4,18 +4,22 @@ Drafters must imitate the target on the text it actually produces, so the corpus
 target itself (self-distillation). Greedy answers teach the argmax drafts greedy decoding verifies;
 sampled answers (temperature 0.7–1.0) cover what sampling runs see. Only prompt and answer token ids
 are stored: hidden states and teacher logits are recomputed by the trainers, which keeps the corpus
-a few megabytes. Records are appended batch by batch, so an interrupted run resumes where it stopped.
+a few megabytes. Records are appended batch by batch, so an interrupted run resumes where it stopped (a record
+cut in half by the interruption is dropped and answered again).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 from tqdm.auto import tqdm
+
+from engines.storage import report_once, write_lines_atomic
 
 
 @dataclass(frozen=True)
@@ -48,15 +52,60 @@ def parse_modes(text: str) -> list[Mode]:
 
 
 def read_corpus(path: str | Path) -> list[dict]:
-    """A corpus file (JSON lines), or a folder of finished chunks (engines/training/corpus_chunks.py)."""
+    """A corpus file (JSON lines), or a folder of finished chunks (engines/training/corpus_chunks.py). A line
+    that is not a whole record (a run killed mid-line) is skipped and said once; so is a damaged chunk."""
     path = Path(path)
     if path.is_dir():
-        from engines.training.corpus_chunks import finished_chunks, read_jsonl_gz
+        from engines.training.corpus_chunks import finished_chunks, read_chunk
 
-        return [record for chunk in finished_chunks(path) for record in read_jsonl_gz(chunk)]
+        return [record for chunk in finished_chunks(path) for record in read_chunk(chunk) or []]
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records, why = whole_records(path)
+    if why:
+        report_once(path, f"specviz: the corpus {path}: {why}; skipped")
+    return records
+
+
+def whole_records(path: Path) -> tuple[list[dict], str]:
+    """The records on the whole lines of a JSON-lines file, and which lines are not whole records (``""``: none)."""
+    records, damaged = [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            damaged.append(number)
+    return records, f"line {', '.join(map(str, damaged))} not a whole record" if damaged else ""
+
+
+def _resume(path: Path) -> list[dict]:
+    """The records an earlier run appended to ``path``. A file it left cut mid-line is rewritten whole without
+    the cut record (said once), so that this run's appends start on a line of their own."""
+    if not path.exists():
+        return []
+    records, why = whole_records(path)
+    if not why and _ends_mid_line(path):  # a record whole but for its newline: the next append would join it
+        why = "the last line has no newline"
+    if why:
+        write_lines_atomic(path, (json.dumps(record) for record in records))
+        report_once(path, f"specviz: the corpus {path} was cut short ({why}); kept its {len(records)} whole "
+                          "records, the rest is answered again")
+    return records
+
+
+def _ends_mid_line(path: Path) -> bool:
+    with open(path, "rb") as source:
+        source.seek(0, os.SEEK_END)
+        if source.tell() == 0:
+            return False
+        source.seek(-1, os.SEEK_END)
+        return source.read(1) != b"\n"
 
 
 def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, mode: Mode, seed: int,
@@ -95,7 +144,7 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
     files = sorted(set(target.values()) | ({out_path} if route is None else set()))
     for path in files:
         path.parent.mkdir(parents=True, exist_ok=True)
-    records = {(r["id"], r["mode"], r["turn"]): r for path in files for r in read_corpus(path)}
+    records = {(r["id"], r["mode"], r["turn"]): r for path in files for r in _resume(path)}
     eos_id = min(engine.eos_ids)
     total = len(modes) * sum(len(p["turns"]) for p in prompts)
     bar = tqdm(total=total, initial=len(records), desc="distill", disable=not progress)
@@ -119,8 +168,9 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
                                   "answer_ids": answer}
                         records[(p["question_id"], mode.key, turn)] = record
                         sinks[target[p["question_id"]]].write(json.dumps(record) + "\n")
-                    for sink in sinks.values():
+                    for sink in sinks.values():  # a batch is on the disk before the next one starts
                         sink.flush()
+                        os.fsync(sink.fileno())
                     bar.update(len(batch))
     finally:
         for sink in sinks.values():

@@ -4,19 +4,22 @@ Chunk k holds prompts k·P … (k+1)·P − 1 (written by the target, engines/tr
 and the target's answers to them in every mode. A chunk is rebuilt alone from (seed, k), so chunks can be
 made on different days, on a CPU or a lent GPU, and a stopped chunk resumes: its prompts are kept once
 written, its answers are appended batch by batch (engines/training/corpus.py) and only a finished chunk is
-compressed to ``chunk-NNN.jsonl.gz``. Readers (``read_corpus``) take the folder and see every finished chunk.
+compressed to ``chunk-NNN.jsonl.gz``, whole or not at all (:mod:`engines.storage`). Readers (``read_corpus``)
+take the folder and see every finished chunk; a chunk damaged since (cut short) is said once, set aside and
+skipped, and the next run for it makes it again.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
+import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
-from engines.training.corpus import Mode, build_corpus
+from engines.storage import discard_damaged, write_lines_atomic
+from engines.training.corpus import Mode, build_corpus, whole_records
 from engines.training.prompt_synthesis import synthesize
 
 CHUNK = "chunk-{:03d}"
@@ -26,17 +29,23 @@ def chunk_path(folder: Path, k: int) -> Path:
     return folder / f"{CHUNK.format(k)}.jsonl.gz"
 
 
-def _write_gz(path: Path, lines: Iterable[str]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as sink:
-        for line in lines:
-            sink.write(line.rstrip("\n") + "\n")
-    os.replace(tmp, path)  # a chunk exists whole or not at all
-
-
 def read_jsonl_gz(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as source:
         return [json.loads(line) for line in source if line.strip()]
+
+
+def read_chunk(path: Path, what: str = "corpus chunk") -> list[dict] | None:
+    """The records of a compressed chunk (or its prompts), or ``None`` where there is none or it is damaged
+    (cut short, not gzip, a line that is not JSON): then it is said once by name and set aside, so the next
+    ``specviz corpus`` run makes it again and readers go on without it."""
+    if not path.exists():
+        return None
+    try:
+        return read_jsonl_gz(path)
+    except (OSError, EOFError, zlib.error, ValueError) as error:  # BadGzipFile is an OSError, bad JSON a ValueError
+        discard_damaged(path, f"the {what}", f"{type(error).__name__}: {error}",
+                        then="the next `specviz corpus` run for it makes it again")
+        return None
 
 
 def finished_chunks(folder: Path) -> list[Path]:
@@ -63,26 +72,27 @@ def build_chunks(engine, folder: Path, ks: list[int], prompts_per_chunk: int, mo
     if prompts_per_chunk < 1 or not ks or min(ks) < 0:
         raise ValueError(f"prompts_per_chunk must be >= 1 and chunks >= 0, got {prompts_per_chunk} and {ks}")
     folder.mkdir(parents=True, exist_ok=True)
-    todo = [k for k in ks if not chunk_path(folder, k).exists()]
+    todo = [k for k in ks if read_chunk(chunk_path(folder, k)) is None]  # missing, or damaged and set aside
     prompts_file = {k: folder / f"{CHUNK.format(k)}.prompts.jsonl.gz" for k in todo}
-    unwritten = [k for k in todo if not prompts_file[k].exists()]
+    prompts_of = {k: read_chunk(prompts_file[k], "prompts of a corpus chunk") for k in todo}
+    unwritten = [k for k in todo if prompts_of[k] is None]
     if unwritten:
         indices = [i for k in unwritten for i in range(k * prompts_per_chunk, (k + 1) * prompts_per_chunk)]
         written = synthesize(engine, indices, topics, seed, batch_size, translations)
         if check is not None:
             check(written)
         for k in unwritten:
-            own = [p for p in written if prompt_index(p) // prompts_per_chunk == k]
-            _write_gz(prompts_file[k], (json.dumps(p) for p in own))
-    prompts = [p for k in todo for p in read_jsonl_gz(prompts_file[k])]
+            prompts_of[k] = [p for p in written if prompt_index(p) // prompts_per_chunk == k]
+            write_lines_atomic(prompts_file[k], (json.dumps(p) for p in prompts_of[k]))
+    prompts = [p for k in todo for p in prompts_of[k]]
     partial = {k: folder / f"{CHUNK.format(k)}.partial.jsonl" for k in todo}
     if prompts:
         build_corpus(engine, prompts, partial[todo[0]], modes, max_new_tokens, batch_size,
                      seed + 104_729 * todo[0], progress, route=lambda p: partial[prompt_index(p) // prompts_per_chunk],
                      max_batch_tokens=max_batch_tokens)
-    for k in todo:
-        lines = partial[k].read_text().splitlines() if partial[k].exists() else []
-        _write_gz(chunk_path(folder, k), lines)
+    for k in todo:  # build_corpus left each partial file whole, line by line
+        records = whole_records(partial[k])[0] if partial[k].exists() else []
+        write_lines_atomic(chunk_path(folder, k), (json.dumps(record) for record in records))
         partial[k].unlink(missing_ok=True)
     return [chunk_path(folder, k) for k in ks]
 
@@ -94,17 +104,21 @@ def prompt_index(prompt: dict) -> int:
 
 def summary(folder: Path) -> dict:
     """Size and make-up of the finished chunks (docs/training.md's table)."""
-    records = prompts = tokens = 0
+    records = prompts = tokens = chunks = 0
     by_category: Counter = Counter()
     by_mode: Counter = Counter()
     for path in finished_chunks(folder):
-        for record in read_jsonl_gz(path):
+        chunk = read_chunk(path)
+        if chunk is None:
+            continue
+        chunks += 1
+        for record in chunk:
             n = len(record["answer_ids"])
             records += 1
             tokens += n
             by_category[record["category"]] += n
             by_mode[record["mode"]] += n
         prompts_file = path.with_name(path.name.replace(".jsonl.gz", ".prompts.jsonl.gz"))
-        prompts += len(read_jsonl_gz(prompts_file)) if prompts_file.exists() else 0
-    return {"chunks": len(finished_chunks(folder)), "prompts": prompts, "answers": records, "answer_tokens": tokens,
+        prompts += len(read_chunk(prompts_file, "prompts of a corpus chunk") or [])
+    return {"chunks": chunks, "prompts": prompts, "answers": records, "answer_tokens": tokens,
             "tokens_by_category": dict(by_category), "tokens_by_mode": dict(by_mode)}

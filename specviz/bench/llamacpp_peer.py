@@ -41,6 +41,7 @@ from pathlib import Path
 
 from engines.model.loading import DEFAULT_MODEL, model_source
 from engines.model.machine import cache_dir
+from engines.storage import read_json_record, staged_file, write_json_atomic
 
 PEER_METHODS = ("llamacpp_ar", "llamacpp_lookup")
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -346,14 +347,12 @@ def convert(model: str = DEFAULT_MODEL, dtypes=tuple(GGUF_TYPES), log=print) -> 
     for dtype in dtypes:
         out = gguf_path(model, dtype)
         if not out.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            staging = out.with_name(f"{out.name}.{os.getpid()}.tmp")
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(llama_cpp_dir() / "gguf-py"),
                                                                                os.environ.get("PYTHONPATH")]))}
             staged = _staged_model(model)
-            _run([sys.executable, llama_cpp_dir() / "convert_hf_to_gguf.py", staged,
-                  "--outtype", GGUF_TYPES[dtype], "--outfile", staging], log, env=env)
-            os.replace(staging, out)
+            with staged_file(out) as staging:  # the converter writes beside it: a GGUF is whole or absent
+                _run([sys.executable, llama_cpp_dir() / "convert_hf_to_gguf.py", staged,
+                      "--outtype", GGUF_TYPES[dtype], "--outfile", staging], log, env=env)
             shutil.rmtree(staged.parent, ignore_errors=True)
         done.append(out)
     return done
@@ -369,13 +368,13 @@ def setup(model: str = DEFAULT_MODEL, log=print) -> dict:
     seconds = build(log)
     install_bindings(log)
     ggufs = convert(model, log=log)
-    manifest = json.loads(manifest_path().read_text()) if manifest_path().exists() else {}
+    manifest = read_json_record(manifest_path(), "the llama.cpp peer's manifest") or {}
     if fresh or "build_seconds" not in manifest:  # the time of a build that built something, not of a no-op
         manifest["build_seconds"] = round(seconds, 1) if fresh else None
     manifest.update({"llama_cpp_python": LLAMA_CPP_PYTHON, "llama_cpp_commit": LLAMA_CPP_COMMIT,
                      "library": str(built_library_dir()), "tools": {t: str(tool_path(t)) for t in TOOLS},
                      "gguf": [str(p) for p in ggufs]})
-    manifest_path().write_text(json.dumps(manifest, indent=2))
+    write_json_atomic(manifest_path(), manifest, indent=2)
     reason = unavailable_reason(model)
     if reason:
         raise PeerUnavailable(f"set-up finished but the peer does not run: {reason}")

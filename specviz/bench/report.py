@@ -4,9 +4,10 @@ JSON and markdown files (:func:`write_results`), and speedups pooled over severa
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
+
+from engines.storage import write_json_atomic, write_text_atomic
 
 from .runner import ONE_LANE_AR
 from .tallies import position_acceptance
@@ -188,8 +189,10 @@ def write_results(results: dict, out_dir) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "results.json", out / "results.md"
-    json_path.write_text(json.dumps(results, indent=2))
-    md_path.write_text(to_markdown(results))
+    # each whole or not at all (a checkpoint after every prompt may be the one a kill interrupts); the report
+    # is made from the results, so a run killed between the two leaves a report one prompt behind, never half
+    write_json_atomic(json_path, results, indent=2)
+    write_text_atomic(md_path, to_markdown(results))
     return json_path, md_path
 
 

@@ -10,10 +10,10 @@ first difference, and the share of all positions that are equal. B = ∞ is the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from engines import Engine
+from engines.storage import write_json_atomic, write_text_atomic
 
 from ..bench.method_specs import parse_method
 from ..bench.runner import select_prompts
@@ -78,15 +78,14 @@ def measure_disconnection(engine: Engine, method_specs: list[str], budgets=BUDGE
 def write_disconnection(results: dict, out_dir) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "disconnection.json"
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    path = write_json_atomic(out / "disconnection.json", results, indent=1)
     lines = ["| method | " + " | ".join(f"B={b}" for b in results["setup"]["budgets"]) + " | B=∞ |",
              "|---" * (len(results["setup"]["budgets"]) + 2) + "|"]
     for label, by_budget in results["methods"].items():
         cells = [f"{by_budget[str(b)]['kept_after_b']:.1f} ({by_budget[str(b)]['equal_share']:.0%})"
                  for b in results["setup"]["budgets"]]
         lines.append(f"| {label} | " + " | ".join(cells) + " | connected |")
-    (out / "disconnection.md").write_text(
-        "# Disconnection (lossy): tokens kept equal to the connected run after the server left "
+    write_text_atomic(
+        out / "disconnection.md", "# Disconnection (lossy): tokens kept equal to the connected run after the server left "
         "(share of all positions equal)\n\n" + "\n".join(lines) + "\n")
     return path

@@ -7,10 +7,9 @@ greedy and T = 1.
 
 from __future__ import annotations
 
-import json
-
 from engines import Engine
 from engines.drafters.trained import drafts_dir, read_card
+from engines.storage import write_json_atomic
 
 from ..prompts import load_prompts
 
@@ -48,8 +47,7 @@ def measure_acceptance(engine: Engine, name: str, max_new_tokens: int = 48, temp
 
 
 def record_acceptance(engine: Engine, name: str, **kwargs) -> dict:
-    path = drafts_dir() / name / "card.json"
-    card = json.loads(path.read_text())
+    card = read_card(name)
     card["acceptance"] = measure_acceptance(engine, name, **kwargs)
-    path.write_text(json.dumps(card, indent=2) + "\n")
+    write_json_atomic(drafts_dir() / name / "card.json", card, indent=2)
     return card["acceptance"]

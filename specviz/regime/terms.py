@@ -19,6 +19,7 @@ from pathlib import Path
 from engines import Engine
 from engines.core.trace import Check, LaneMessage, Lsa, ShallowVerification, StageCompute, Verification
 from engines.engine import RunResult
+from engines.storage import write_json_atomic
 
 from ..experiments.scoreboard import Scoreboard, measure_scoreboard, use_thread_rule
 from ..views.verdict_metrics import verdict_metrics
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
                                  progress=lambda label: print(f"measuring {label}", flush=True))
     finally:
         engine.close()
-    Path(args.out).write_text(json.dumps(terms.to_dict(), indent=1) + "\n")
+    write_json_atomic(args.out, terms.to_dict(), indent=1)
     for row in check_rows(terms):
         print(f"{row['label']:45s} projected {row['projected']:.2f}  measured {row['measured']:.2f}  "
               f"ratio {row['ratio']:.2f}")

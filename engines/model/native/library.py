@@ -25,13 +25,13 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from engines.model.machine import cache_dir, cpu_flags, cpu_identity
+from engines.storage import discard_damaged, staged_file, write_text_atomic
 
 ISA_VARIABLE = "SPECVIZ_NATIVE_ISA"
 ISAS = ("native", "avx2")
@@ -153,14 +153,10 @@ def _run_compiler(command: list[str]) -> None:
 
 
 def _compile(cc: str, build_flags: list[str], source_path: Path, target: Path) -> None:
-    """Build ``target`` with exactly ``build_flags``; it appears whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="specviz-native-") as folder:
-        built = Path(folder) / target.name
-        _run_compiler([cc, *build_flags, str(source_path), "-o", str(built), "-lm"])
-        staging = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # a rename within one file system
-        shutil.copyfile(built, staging)
-        os.replace(staging, target)  # atomic: a half-written library is never loaded
+    """Build ``target`` with exactly ``build_flags``; it appears whole or not at all (the compiler writes beside
+    it, :func:`engines.storage.staged_file`, and a half-written library is never loaded)."""
+    with staged_file(target) as staging:
+        _run_compiler([cc, *build_flags, str(source_path), "-o", str(staging), "-lm"])
 
 
 def _built(cc: str, build_flags: list[str], source_path: Path, target: Path) -> str | None:
@@ -176,9 +172,7 @@ def _built(cc: str, build_flags: list[str], source_path: Path, target: Path) -> 
         return None
     except subprocess.CalledProcessError as error:  # the compiler said no: the same key will fail the same way
         why = build_error(error)
-        staging = refused.with_name(f"{refused.name}.{os.getpid()}.tmp")
-        staging.write_text(why + "\n")
-        os.replace(staging, refused)
+        write_text_atomic(refused, why + "\n")
         return why
     except (OSError, subprocess.SubprocessError) as error:  # a missing program, a timeout: worth trying again
         return build_error(error)
@@ -219,14 +213,14 @@ def _load(source_path: Path, isa_name: str) -> Loaded:
             digest = _digest(source, cc, build_flags)
             name = f"{source_path.stem}-{digest}-{isa_name}-{'omp' if openmp else 'noomp'}{_suffix()}"
             target = cache_dir() / "kernels" / name
+            built_before = target.exists()
             why = _built(cc, build_flags, source_path, target)
             if why is not None:
                 attempts.append(f"{Path(cc).name}{'' if openmp else ' without OpenMP'}: {why}")
                 continue
-            try:
-                library = ctypes.CDLL(str(target))
-            except OSError as error:
-                attempts.append(f"{Path(cc).name}: cannot load {target.name} ({build_error(error)})")
+            library, why = _open(cc, build_flags, source_path, target, built_before)
+            if library is None:
+                attempts.append(f"{Path(cc).name}: {why}")
                 continue
             info = BuildInfo(cc, compiler_version(cc), tuple(build_flags), openmp, isa_name)
             if not openmp:
@@ -234,6 +228,36 @@ def _load(source_path: Path, isa_name: str) -> Loaded:
                            f"thread ({attempts[0] if attempts else 'no OpenMP'})")
             return Loaded(library, path=target, info=info, digest=digest, attempts=tuple(attempts))
     return Loaded(None, f"the native step failed to build or load ({'; '.join(attempts)})", attempts=tuple(attempts))
+
+
+def _open(cc: str, build_flags: list[str], source_path: Path, target: Path,
+          built_before: bool) -> tuple[ctypes.CDLL | None, str]:
+    """The library at ``target``, or why it cannot be had. One built before that no longer loads (damaged since:
+    a copy cut short, a disk error) is reported once by name, set aside and built again, once. A fresh build that
+    does not load is this compiler's failure (a runtime library missing, say): remembered as a refusal, so later
+    processes go straight to the next compiler instead of rebuilding."""
+    try:
+        return ctypes.CDLL(str(target)), ""
+    except OSError as error:
+        if not built_before:
+            return None, _refuse_loading(target, error)
+        discard_damaged(target, "the native build", f"it does not load: {build_error(error)}",
+                        then="it will be built again")
+    why = _built(cc, build_flags, source_path, target)
+    if why is not None:
+        return None, why
+    try:
+        return ctypes.CDLL(str(target)), ""
+    except OSError as error:
+        return None, _refuse_loading(target, error)
+
+
+def _refuse_loading(target: Path, error: OSError) -> str:
+    """Remember that ``target`` builds but does not load (its ``.failed``, as a compiler's refusal is); why."""
+    why = f"builds but cannot load {target.name} ({build_error(error)})"
+    write_text_atomic(target.with_name(target.name + ".failed"), why + "\n")
+    target.unlink(missing_ok=True)
+    return why
 
 
 def _warn_once(key: str, message: str) -> None:
