@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from engines import Engine, get_method, write_jsonl
+from engines.core.stats import compute_stats
 from engines.core.trace import Commit, RunEnd
 from engines.lanes import LaneError, LaneSpec
 from engines.model.native.step import build_description as native_build_description
-
 from engines.storage import write_json_atomic
+
 from .cli_parser import MEMORY_STATS, build_parser, memory_arguments, method_option_fields
 from .views.tokens import ansi
 
@@ -29,37 +30,65 @@ def generate_command(args) -> int:
             raise ValueError(f"--lane-address must be HOST:PORT, got {args.lane_address!r}")
         engine.lane_spec = LaneSpec(address=host, port=int(port), spawn=False)
     events = []
+    interrupted = False
     try:
         stream = engine.generate(args.prompt, args.method, max_new_tokens=args.max_new_tokens,
                                  temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                                  **memory_arguments(args), **options)
-        for event in stream:
-            events.append(event)
-            if isinstance(event, Commit) and not args.json:
-                sys.stdout.write("".join(ansi(p, f) for p, f in zip(event.pieces, event.fates)))
-                sys.stdout.flush()
+        try:
+            for event in stream:
+                events.append(event)
+                if isinstance(event, Commit) and not args.json:
+                    sys.stdout.write("".join(ansi(p, f) for p, f in zip(event.pieces, event.fates)))
+                    sys.stdout.flush()
+        except KeyboardInterrupt:  # Ctrl-C: what was produced and its stats, never a traceback
+            interrupted = True
+            stream.close()  # ends the run's lanes before the engine closes
     finally:
         engine.close()
+    if interrupted:
+        return report_interrupted(args, engine, events)
     end: RunEnd = events[-1]
     if args.trace:
         write_jsonl(events, args.trace)
-    s = end.stats
-    budgeted = events[0].memory is not None
+    print_run(args, events[0], end.stats, end.token_ids, end.text)
+    return 0
+
+
+def print_run(args, start, s: dict, token_ids: list[int], text: str, note: str = "") -> None:
+    """The run's stats after its text (or one JSON line with ``--json``); ``note`` says why it ended early."""
+    budgeted = start.memory is not None
     if args.json:
         keys = ("tokens_per_s", "mean_accepted_length", "acceptance_rate", "target_calls", "new_tokens", "clock")
         keys += MEMORY_STATS if budgeted else ()
-        print(json.dumps({"method": args.method, "config": events[0].config, "token_ids": end.token_ids,
-                          "text": end.text, "stats": {k: s[k] for k in keys}}))
-    else:
-        print(f"\n\n{s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, τ = {s['mean_accepted_length']:.2f}, "
-              f"α = {s['acceptance_rate']:.2f}, {s['target_calls']} target calls"
-              + ("  (clock=virtual: replayed from measured per-operation costs, not wall time)"
-                 if s.get("clock") == "virtual" else "") + "  "
-              f"[{ansi('accepted', 'accepted')} {ansi('correction', 'correction')} {ansi('bonus', 'bonus')}]")
-        if budgeted:
-            print(f"memory budget: {s['bytes_streamed'] / 1e6:.1f} MB streamed, {s['bytes_per_token'] / 1e6:.2f} MB "
-                  f"per token, peak {s['peak_resident_bytes'] / 1e6:.1f} MB of weights resident")
-    return 0
+        record = {"method": args.method, "config": start.config, "token_ids": token_ids, "text": text,
+                  "stats": {k: s[k] for k in keys}}
+        if note:
+            record["interrupted"] = note
+        print(json.dumps(record))
+        return
+    print(f"\n\n{note + ': ' if note else ''}{s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, "
+          f"τ = {s['mean_accepted_length']:.2f}, α = {s['acceptance_rate']:.2f}, {s['target_calls']} target calls"
+          + ("  (clock=virtual: replayed from measured per-operation costs, not wall time)"
+             if s.get("clock") == "virtual" else "") + "  "
+          f"[{ansi('accepted', 'accepted')} {ansi('correction', 'correction')} {ansi('bonus', 'bonus')}]")
+    if budgeted:
+        print(f"memory budget: {s['bytes_streamed'] / 1e6:.1f} MB streamed, {s['bytes_per_token'] / 1e6:.2f} MB "
+              f"per token, peak {s['peak_resident_bytes'] / 1e6:.1f} MB of weights resident")
+
+
+def report_interrupted(args, engine: Engine, events: list) -> int:
+    """After Ctrl-C: the tokens committed so far and their stats up to the last event, exit status 130
+    (the shell's code for an interrupt). The trace, if asked for, holds the events up to the interrupt."""
+    if not events:
+        print("\nspecviz: interrupted before the first token", file=sys.stderr)
+        return 130
+    if args.trace:
+        write_jsonl(events, args.trace)
+    token_ids = [t for e in events if isinstance(e, Commit) for t in e.tokens]
+    stats = compute_stats(events, end_time=events[-1].t).to_dict()
+    print_run(args, events[0], stats, token_ids, engine.detokenize(token_ids), note="interrupted")
+    return 130
 
 
 def bench_command(args) -> int:
@@ -319,9 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["SPECVIZ_NATIVE_ISA"] = args.isa
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError, LaneError) as error:
+    except (ValueError, OSError, LaneError) as error:  # OSError: a file that cannot be read or written
         print(f"specviz: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a run's stream (loading, measuring): one line, no traceback
+        print("\nspecviz: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

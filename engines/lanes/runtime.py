@@ -47,6 +47,14 @@ from engines.lanes.serial import MessageCost
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TRANSPORT_FACTOR = 10  # the driver's transport timeout, and a busy worker's allowance: this × hang_seconds
+# A worker's exit codes when it ends itself, and what each means in the driver's error (_exit_reason)
+EXIT_STORE_LOST, EXIT_PARENT_GONE, EXIT_DRIVER_LOST = 3, 4, 75
+EXIT_MEANINGS = {
+    EXIT_STORE_LOST: "it lost its connection to the driver's store (its heartbeat could not be sent)",
+    EXIT_PARENT_GONE: "the process that started it had ended",
+    EXIT_DRIVER_LOST: "its connection to the driver closed under it",
+}
+LOG_PREFIX = "specviz-lane"  # specviz-lane<rank>-<driver pid>-<random>.log in the temporary directory
 
 
 @dataclass
@@ -96,6 +104,37 @@ def require_lanes() -> None:
     why = lanes_unavailable()
     if why is not None:
         raise LanesUnavailable(f"mode='lanes' cannot run here: {why}; use mode='serial' (or 'virtual' for ppsd)")
+
+
+def sweep_stale_logs(folder: Path | None = None) -> int:
+    """Remove worker logs left by drivers that are gone (killed before they could close their lanes: a
+    SIGKILL, a power cut): the next group starts clean. A log names its driver's pid; POSIX only, since
+    ``os.kill(pid, 0)`` asks whether a process lives there and on Windows would end it instead."""
+    if os.name == "nt":
+        return 0
+    removed = 0
+    for log in Path(folder or tempfile.gettempdir()).glob(f"{LOG_PREFIX}*-*.log"):
+        parts = log.name[len(LOG_PREFIX):].split("-")
+        if len(parts) < 3 or not parts[1].isdigit():  # an older name with no pid: stale by now
+            driver = None
+        else:
+            driver = int(parts[1])
+        if driver == os.getpid():
+            continue
+        if driver is not None:
+            try:
+                os.kill(driver, 0)
+                continue  # its driver lives: the log is in use
+            except PermissionError:
+                continue  # another user's live process
+            except OSError:
+                pass
+        try:
+            log.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def process_group_options(windows: bool = os.name == "nt") -> dict:
@@ -214,11 +253,11 @@ def heartbeat(address: str, port: int, rank: int, stop: threading.Event, period:
             client = dist.TCPStore(address, port, is_master=False, timeout=datetime.timedelta(seconds=10))
             while not stop.is_set():
                 if parent is not None and os.getppid() != parent:
-                    os._exit(4)
+                    os._exit(EXIT_PARENT_GONE)
                 client.add(f"hb/{rank}", 1)
                 stop.wait(period)
         except Exception:
-            os._exit(3)
+            os._exit(EXIT_STORE_LOST)
 
     thread = threading.Thread(target=beat, name=f"lane-heartbeat-{rank}", daemon=True)
     thread.start()
@@ -320,7 +359,8 @@ class LaneGroup:
         return formed["group"]
 
     def _spawn(self, rank: int, port: int) -> None:
-        handle, name = tempfile.mkstemp(prefix=f"specviz-lane{rank}-", suffix=".log")
+        sweep_stale_logs()
+        handle, name = tempfile.mkstemp(prefix=f"{LOG_PREFIX}{rank}-{os.getpid()}-", suffix=".log")
         os.close(handle)  # an open handle would stop close() from deleting the log on Windows
         log = Path(name)
         self.logs[rank] = log
@@ -427,6 +467,8 @@ class LaneGroup:
     def _exit_reason(self, rank: int, starting: bool = False) -> str:
         code = self.processes[rank].poll()
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code in EXIT_MEANINGS:
+            how += f": {EXIT_MEANINGS[code]}"
         tail = self._log_tail(rank)
         return (f"{self.name(rank)} {how}" + (" while starting" if starting else "")
                 + (f"; its last output:\n{tail}" if tail else ""))

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from engines.lanes.channel import Channel
 from engines.lanes.messages import Emit, LaneError, Message, Recv, Send
-from engines.lanes.runtime import can_pin, heartbeat, lane_core, make_group, require_lanes
+from engines.lanes.runtime import EXIT_DRIVER_LOST, can_pin, heartbeat, lane_core, make_group, require_lanes
 from engines.lanes.serial import Lane
 
 IDLE_FOREVER = 30 * 24 * 3600.0  # seconds
@@ -55,7 +55,7 @@ def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int
     group = make_group(store, rank, world, lane, IDLE_FOREVER)
 
     def driver_gone(error: Exception):  # the driver closed or died: nothing left to serve
-        os._exit(0)
+        os._exit(EXIT_DRIVER_LOST)
 
     if core is not None:  # only the computing thread: message threads must not queue behind it
         if can_pin():  # Linux; elsewhere the lane is one torch thread the OS places (runtime.pinned)
