@@ -19,7 +19,7 @@ export TRANSFORMERS_VERBOSITY := error
 # when this make began: `make test` reports set-up time from here (scripts/run_suite.py)
 STARTED := $(shell $(PYTHON) -c "import time; print(time.time())")
 
-.PHONY: install app test test-all test-fast bench browser-deps clean screenshots peers
+.PHONY: install app test test-all test-fast bench browser-deps clean screenshots peers soak
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ test: install browser-deps
 
 test-all: install browser-deps
 	$(PY) scripts/run_suite.py --since $(STARTED) --all
+
+# Hours of use compressed (docs/soak.md): every method 200 times in one process, one 4,000-token run, 50 lane
+# faults, Ctrl-C on the CLI, then the dashboard driven by three browsers for 30 minutes; prints (and saves under
+# data/soak/) what each held after warm-up and at the end. Not part of `make test` (about 90 minutes on 2 cores;
+# tests/test_soak.py is its short form). Pass options through SOAK, e.g. make soak SOAK="--parts faults --faults 9".
+soak: install browser-deps
+	$(PY) -m specviz.soak $(SOAK)
 
 # The README's screenshots: the browser test saves them, this copies them (scaled) into docs/screenshots/.
 screenshots: install browser-deps

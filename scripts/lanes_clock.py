@@ -4,7 +4,9 @@ A dashboard page draws while a run streams; before the lanes' driver ran in a th
 (engines/lanes/background.py), its clock stopped while the page drew but its workers kept computing, so the
 speed it showed depended on the page. This times `ppsd`, `mirror` and `ssd` in `mode=lanes` on the default
 model, each run undisturbed and with a consumer sleeping ``--linger`` seconds on every commit, interleaved,
-and prints the median tokens/s of each and their ratio.
+and prints the median tokens/s of each and their ratio. The control column times a second undisturbed run
+in the lingering run's place: the ratio the machine itself gives two identical runs, so a lingering ratio is
+read against it (on a 2-core machine with neighbours the noise alone moves a median by several percent).
 
     python scripts/lanes_clock.py [--repeats 3] [--max-new-tokens 64] [--linger 0.3]
 """
@@ -41,16 +43,18 @@ def main() -> None:
     prompt = json.loads((ROOT / "data" / "prompts.jsonl").read_text().splitlines()[0])["turns"][0]
     engine = Engine.load()
     print(f"{engine.step_description}\n")
-    print("| method | undisturbed tok/s | lingering tok/s | ratio |\n|---|---|---|---|")
+    print("| method | undisturbed tok/s | lingering tok/s | ratio | control: undisturbed again | control ratio |\n"
+          "|---|---|---|---|---|---|")
     try:
         for method, options in METHODS.items():
             tokens_per_s(engine, prompt, method, options, 16, 0.0)  # workers start and warm up untimed
-            calm, lingering = [], []
+            calm, lingering, control = [], [], []
             for _ in range(args.repeats):
                 calm.append(tokens_per_s(engine, prompt, method, options, args.max_new_tokens, 0.0))
                 lingering.append(tokens_per_s(engine, prompt, method, options, args.max_new_tokens, args.linger))
-            a, b = statistics.median(calm), statistics.median(lingering)
-            print(f"| {method} | {a:.1f} | {b:.1f} | {b / a:.2f}× |", flush=True)
+                control.append(tokens_per_s(engine, prompt, method, options, args.max_new_tokens, 0.0))
+            a, b, c = statistics.median(calm), statistics.median(lingering), statistics.median(control)
+            print(f"| {method} | {a:.1f} | {b:.1f} | {b / a:.2f}× | {c:.1f} | {c / a:.2f}× |", flush=True)
     finally:
         engine.close()
 
