@@ -31,6 +31,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=30.0, help="the dashboard's minutes (default 30)")
     parser.add_argument("--sessions", type=int, default=3, help="browser sessions at once (default 3)")
     parser.add_argument("--methods", default="", help="the engine part's methods (default: every method)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the engine rows already in OUT/soak.json with the same --runs and --tokens")
     parser.add_argument("--out", default="", help="folder for soak.json and soak.md (default: data/soak/<cpu>)")
     args = parser.parse_args(argv)
     for name in ("runs", "tokens", "long_tokens", "faults", "interrupts", "sessions"):
@@ -88,13 +90,25 @@ def main(argv: list[str] | None = None) -> int:
     if {"engine", "long", "faults"} & set(parts):
         engine = Engine.load()
         record["dtype"] = engine.dtype
+    out = Path(args.out) if args.out else Path("data/soak") / machine_folder()
+    done = resumable_rows(out, args) if args.resume else {}
+
+    def save(rows: list) -> None:  # after every row: a soak stopped at any moment keeps what it measured
+        record["engine"] = [r.as_dict() for r in rows]
+        write_json_atomic(out / "soak.json", record, indent=1)
+
     if "engine" in parts:
-        rows = []
-        with tqdm(total=args.runs * len(methods), desc="engine runs", unit="run") as bar:
-            for method in methods:
+        rows = [done[m] for m in methods if m in done]
+        todo = [m for m in methods if m not in done]
+        if done:
+            print(f"resuming: {', '.join(done)} already measured in {out / 'soak.json'}", flush=True)
+        with tqdm(total=args.runs * len(todo), desc="engine runs", unit="run") as bar:
+            for method in todo:
                 rows.append(engine_runs.soak_method(engine, method, args.runs, args.tokens,
                                                     warmup=max(2, args.runs // 10),
                                                     progress=lambda m, i, n: bar.update(1)))
+                save(rows)
+        rows.sort(key=lambda r: methods.index(r.name))
         if "long" in parts:
             rows.append(engine_runs.soak_long_run(engine, args.long_tokens))
         record["engine"] = [r.as_dict() for r in rows]
@@ -142,11 +156,22 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"# Soak: {record['machine']}, {record.get('dtype', 'default dtype')}, commit {record['commit']}, "
             f"{record['started']}, {minutes:.0f} minutes\n\n" + "\n\n".join(sections) + "\n")
     print("\n" + text)
-    out = Path(args.out) if args.out else Path("data/soak") / machine_folder()
     write_json_atomic(out / "soak.json", record, indent=1)
     write_text_atomic(out / "soak.md", text)
     print(f"saved {out / 'soak.md'} and soak.json")
     return 0
+
+
+def resumable_rows(out: Path, args) -> dict:
+    """The engine rows a stopped soak saved, by method, where it ran with the same runs and tokens."""
+    from engines.storage import read_json_record
+
+    saved = read_json_record(out / "soak.json", "the soak's saved rows", then="the soak starts afresh")
+    if not saved or saved.get("settings", {}).get("runs") != args.runs \
+            or saved.get("settings", {}).get("tokens") != args.tokens:
+        return {}
+    return {row["name"]: engine_runs.SoakRow.from_dict(row) for row in saved.get("engine", [])
+            if row["runs"] == args.runs}
 
 
 def machine_folder() -> str:

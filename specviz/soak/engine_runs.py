@@ -42,6 +42,11 @@ class SoakRow:
     def growth_mb(self) -> float:
         return (self.end.rss_mb + self.end.children_rss_mb) - (self.warm.rss_mb + self.warm.children_rss_mb)
 
+    @classmethod
+    def from_dict(cls, row: dict) -> "SoakRow":
+        return cls(row["name"], row["runs"], row["tokens"], row["seconds"], Holdings(**row["warm"]),
+                   Holdings(**row["end"]))
+
     def as_dict(self) -> dict:
         return {"name": self.name, "runs": self.runs, "tokens": self.tokens, "seconds": round(self.seconds, 1),
                 "warm": self.warm.as_dict(), "end": self.end.as_dict(), "growth_mb": round(self.growth_mb, 1)}
@@ -58,9 +63,10 @@ def soak_method(engine: Engine, method: str, runs: int, max_new_tokens: int, war
                 progress: Callable[[str, int, int], None] | None = None) -> SoakRow:
     """Run ``method`` ``runs`` times on rotating prompts; sample after ``warmup`` runs and at the end."""
     tokens, warm = 0, None
+    samples = can_sample(engine, method)
     start = time.perf_counter()
     for index in range(runs):
-        sampling = index % 4 == 3
+        sampling = samples and index % 4 == 3
         result = engine.run(PROMPTS[index % len(PROMPTS)], method, max_new_tokens=max_new_tokens,
                             temperature=0.8 if sampling else 0.0, seed=index if sampling else None,
                             stop_at_eos=False)
@@ -71,6 +77,16 @@ def soak_method(engine: Engine, method: str, runs: int, max_new_tokens: int, war
         if progress is not None:
             progress(method, index + 1, runs)
     return SoakRow(method, runs, tokens, time.perf_counter() - start, warm or settled_sample(), settled_sample())
+
+
+def can_sample(engine: Engine, method: str) -> bool:
+    """Whether the method's default configuration runs at a temperature (CATS's default greedy acceptance
+    refuses one): asked of the engine's own validation, which runs nothing."""
+    try:
+        engine.generate(PROMPTS[0], method, max_new_tokens=1, temperature=0.8, seed=0).close()
+    except ValueError:
+        return False
+    return True
 
 
 def soak_long_run(engine: Engine, max_new_tokens: int, method: str = "ar") -> SoakRow:
