@@ -152,9 +152,14 @@ def apply_url_dtype(prefix: str, params: Mapping[str, str], ignored: list) -> No
             ignored.append(f"dtype must be one of {', '.join(us.DTYPES)}, got {params['dtype']!r}")
 
 
+MAX_NOTE_CHARS = 240  # a link's value is quoted in its note: a hostile one may be megabytes long
+
+
 def show_ignored(ignored: list) -> None:
+    """What the link asked for that the page does not offer, each note cut to :data:`MAX_NOTE_CHARS`."""
     if ignored:
-        st.warning("Ignored from the link (not something this page offers): " + "; ".join(ignored))
+        notes = [note if len(note) <= MAX_NOTE_CHARS else note[: MAX_NOTE_CHARS - 1] + "…" for note in ignored]
+        st.warning("Ignored from the link (not something this page offers): " + "; ".join(notes))
 
 
 def prompt_state(prefix: str) -> tuple[int, str]:

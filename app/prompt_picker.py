@@ -11,6 +11,10 @@ import streamlit as st
 from specviz.prompts import Prompt, load_prompts
 
 FREE_TEXT = -1
+# The text box takes at most this many characters (a longer paste is cut there, the box showing the count): the
+# model's 8,192-token context holds about 30,000 characters of prose, so nothing longer fits unless its tokens
+# average over 12 characters; the engine refuses what does not fit, naming the limit.
+MAX_TEXT_CHARS = 100_000
 
 
 def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summarization") -> str:
@@ -32,7 +36,7 @@ def prompt_picker(prompts: list[Prompt], prefix: str = "", category: str = "summ
                  format_func=lambda i: "✍️ free text" if i == FREE_TEXT else example_label(prompts[i]),
                  help="One of the project's prompts (data/prompts.jsonl, first turn), or your own text below.")
     return st.text_area("Prompt text", key=text_key, height=110, on_change=prompt_edited,
-                        label_visibility="collapsed")
+                        label_visibility="collapsed", max_chars=MAX_TEXT_CHARS)
 
 
 @st.cache_data

@@ -20,12 +20,15 @@ def tree_options(draft: str, depth: int, topk: int, auto: bool, total_tokens: in
 
 def parse_sizes(text: str, largest: int = MAX_TOTAL_TOKENS) -> list[int]:
     """``"2, 4, 8"`` → ``[2, 4, 8]`` (sorted, without repeats); a message naming the problem otherwise."""
+    shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "…"
     parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ValueError(f"tree sizes must be whole numbers separated by commas, got {text!r}")
+    if not parts or not all(p.isdecimal() for p in parts):
+        raise ValueError(f"tree sizes must be whole numbers separated by commas, got {shown}")
+    if any(len(p) > 6 for p in parts):  # past any bound (and int() refuses thousands of digits)
+        raise ValueError(f"tree sizes must be between 1 and {largest}, got {shown}")
     sizes = sorted({int(p) for p in parts})
     if sizes[0] < 1 or sizes[-1] > largest:
-        raise ValueError(f"tree sizes must be between 1 and {largest}, got {text!r}")
+        raise ValueError(f"tree sizes must be between 1 and {largest}, got {shown}")
     return sizes
 
 

@@ -6,14 +6,17 @@ argument raises ``ValueError`` before any work starts and nothing is left half-d
 
 from __future__ import annotations
 
+import numbers
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
+from jinja2 import TemplateError
 
 from engines.core.context import DecodeContext
 from engines.core.sampling import Sampler
@@ -26,12 +29,31 @@ from engines.lanes.background import in_background
 from engines.lanes.runtime import load_message_cost, save_message_cost
 from engines.memory_budget import weight_stream
 from engines.methods import get_method
+from engines.model.footprint import check_load
 from engines.model.kernels import install
 from engines.model.layers import LayerStack
 from engines.model.loading import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from engines.model.native.step import build_id as native_build_id
 from engines.model.step_choice import describe, validate_dtype_device
 from engines.model.verify_cost import VerifyCost, install_stack, load_curve, machine_key, measure, save_curve
+
+
+PROMPT_KINDS = ("prompt must be text, a chat (a list of {'role': str, 'content': str} dicts) or a list of token "
+                "ids")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """Text a tokenizer can take: encodable as UTF-8 (a lone surrogate, from broken decoding, is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} must be valid Unicode text: character {error.start:,} is a lone surrogate "
+                         f"({text[error.start]!r})") from None
 
 
 @dataclass
@@ -76,12 +98,16 @@ class Engine:
         # every run's answer, for the suffix drafter (engines.drafters.suffix): the earlier answers of this engine's
         # bench run or dashboard session
         self.suffix_corpus = SuffixCorpus()
+        self._longest_token: int | None = None
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, dtype: str | None = None, device: str = "cpu",
              fp32_head: bool = False, row_invariant: bool | None = None, fused: bool = True) -> "Engine":
-        """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels."""
-        loaded: LoadedModel = load_model(model, *validate_dtype_device(dtype, device, model))
+        """Load a model; where this machine's verify-cost curve is cached, run its tuned kernels. A model this
+        machine has too little memory available for is refused first (:mod:`engines.model.footprint`)."""
+        dtype, device = validate_dtype_device(dtype, device, model)
+        check_load(model, model_source(model), dtype, device)  # a ValueError with the numbers, not an OOM kill
+        loaded: LoadedModel = load_model(model, dtype, device)
         engine = cls(loaded.model, loaded.tokenizer, loaded.name, fp32_head, row_invariant, fused)
         engine.verify_cost(measure_if_missing=False)
         return engine
@@ -110,22 +136,67 @@ class Engine:
 
     # --- prompts and text ------------------------------------------------------------------------
     def encode(self, prompt: str | Sequence[dict] | Sequence[int]) -> list[int]:
-        """A string is one user turn, a list of dicts a chat, a list of ints raw token ids."""
+        """A string is one user turn, a list of dicts a chat, a list of ints raw token ids.
+
+        Anything else is a ``ValueError`` saying what a prompt may be, and so is an empty prompt, text that is not
+        valid Unicode (a lone surrogate) or too long for any prompt of it to fit the context window, a chat turn
+        without a string ``role`` and ``content``, and a token id outside the vocabulary: the tokenizer never sees
+        what would make it raise something else, and never works through more text than could fit.
+        """
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise ValueError("prompt must not be empty")
             prompt = [{"role": "user", "content": prompt}]
+        elif isinstance(prompt, torch.Tensor):
+            prompt = prompt.reshape(-1).tolist()
+        if isinstance(prompt, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(prompt, Iterable):
+            raise ValueError(f"{PROMPT_KINDS}, got {type(prompt).__name__}")
         prompt = list(prompt)
         if not prompt:
             raise ValueError("prompt must not be empty")
-        if all(isinstance(x, int) for x in prompt):
-            return prompt
+        if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in prompt):
+            return self._token_ids(prompt)
         if self.tokenizer is None:
             raise ValueError("this engine has no tokenizer: pass the prompt as a list of token ids")
+        for i, turn in enumerate(prompt):
+            if not (isinstance(turn, Mapping) and isinstance(turn.get("role"), str)
+                    and isinstance(turn.get("content"), str)):
+                raise ValueError(f"{PROMPT_KINDS}; item {i} is {_short(turn)}")
+            _check_unicode(turn["content"], f"prompt (turn {i})" if len(prompt) > 1 else "prompt")
+        self._check_characters(sum(len(turn["content"]) for turn in prompt))
         if getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+            try:
+                ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+            except TemplateError as error:  # the template's own rule (roles that must alternate, …)
+                raise ValueError(f"the tokenizer's chat template refused the prompt: {error}") from None
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         return self.tokenizer.encode("\n".join(m["content"] for m in prompt))
+
+    def _token_ids(self, ids: list) -> list[int]:
+        vocab = self.target.backbone.embed_tokens.num_embeddings
+        for i, token in enumerate(ids):
+            if not 0 <= token < vocab:
+                raise ValueError(f"prompt token id {token} at position {i} is outside the vocabulary [0, {vocab})")
+        return [int(token) for token in ids]
+
+    @property
+    def longest_token_chars(self) -> int | None:
+        """The most characters one token of this tokenizer stands for (its longest vocabulary entry: bytes for a
+        byte-level vocabulary, so never fewer than the characters it decodes to); ``None`` without a tokenizer."""
+        if self._longest_token is None and self.tokenizer is not None:
+            self._longest_token = max((len(t) for t in self.tokenizer.get_vocab()), default=1)
+        return self._longest_token
+
+    def _check_characters(self, n_chars: int) -> None:
+        """Text whose characters could not fit the context window even at the tokenizer's longest token each is
+        refused before tokenizing (which takes about 1.5 s and ~1 GB a megabyte of text): the bound assumes the
+        tokenizer's normalizer drops no characters, as byte-level and SentencePiece vocabularies' do not."""
+        longest = self.longest_token_chars
+        if longest is not None and n_chars > self.context_window * longest:
+            raise ValueError(f"prompt is {n_chars:,} characters, more than the context window of "
+                             f"{self.context_window:,} tokens can hold (no token covers more than {longest} "
+                             f"characters: at most {self.context_window * longest:,} characters could fit, and text "
+                             f"usually takes 3–5 characters a token)")
 
     def detokenize(self, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -302,22 +373,23 @@ class Engine:
         resident); left unset, the engine's own budget applies, if it has one.
         """
         method_cls = get_method(method)
+        if trace is not None and not isinstance(trace, Trace):
+            raise ValueError(f"trace must be a Trace to collect the run's events into, got {_short(trace)}")
         unknown = set(options) - set(method_cls.Config.option_names())
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)} for method {method!r}; "
                              f"allowed: {method_cls.Config.option_names() or 'none'}")
         config = method_cls.Config(**options)
         config.validate(self.target.n_layers)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        max_new_tokens = int(max_new_tokens)
         budget = weight_stream.memory_budget(memory_budget_mb, flash_mb_s, stream)
         if budget is not None:
             weight_stream.plan_residency(self.target, budget)  # a budget below the head's size fails here
         sampler = Sampler(temperature, top_p, seed)
         prompt_ids = self.encode(prompt)
-        if len(prompt_ids) + max_new_tokens > self.context_window:
-            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
-                             f"the model's context window of {self.context_window} tokens")
+        self.check_context(len(prompt_ids), max_new_tokens)
         instance = method_cls(config, self)
         instance.check_sampling(sampler.greedy)
         instance.prepare()
@@ -330,6 +402,26 @@ class Engine:
         ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
                             self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
         return self._stream(instance, ctx, temperature, budget)
+
+    def check_context(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """``ValueError`` unless the prompt and ``max_new_tokens`` fit the context window together, naming what
+        fits. Every draft stays inside it too: chains and trees draft at most the tokens left to commit (the last
+        round's draft is cut short), PPSD's first stage sends no draft past the window, and Mirror-SD's and SSD's
+        draft lane cuts its windows at the window's end (``tests/test_hostile_input.py``)."""
+        window = self.context_window
+        if prompt_tokens >= window:
+            raise ValueError(f"prompt ({prompt_tokens:,} tokens) exceeds the context window of {window:,} tokens: "
+                             f"at most {window - 1:,} prompt tokens fit, leaving 1 for max_new_tokens")
+        if prompt_tokens + max_new_tokens > window:
+            raise ValueError(f"prompt ({prompt_tokens:,} tokens) + max_new_tokens ({max_new_tokens:,}) exceeds the "
+                             f"context window of {window:,} tokens: with this prompt at most {window - prompt_tokens:,} "
+                             f"new tokens fit (max_new_tokens <= {window - prompt_tokens:,})")
+
+    def check(self, prompt, method: str = "ar", **kwargs) -> None:
+        """Raise the ``ValueError`` :meth:`generate` would raise for these arguments, and run nothing (what the
+        run needs is loaded, as ``generate`` loads it): a helper that runs several configurations checks them all
+        before its first run, so a bad one is refused before any work rather than after the others ran."""
+        self.generate(prompt, method, **kwargs).close()
 
     def _stream(self, method, ctx: DecodeContext, temperature: float,
                 budget: weight_stream.MemoryBudget | None = None) -> Iterator[Event]:

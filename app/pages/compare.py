@@ -123,9 +123,10 @@ def compare(batch: lv.Batch) -> None:
                                    lambda events: draw_stream(slots[i], events, names[i]))
             if "error" in record:
                 slots[i].error(record["error"])
-        batch.ar, batch.ar_source = ar_baseline(
-            engine, lock, batch.prompt, batch.settings,
-            progress=lambda done, total: status.caption(f"ar baseline for the speedups: {done}/{total} tokens"))
+        if batch.done:  # every configuration refused (a prompt past the context window, …): ar would be too
+            batch.ar, batch.ar_source = ar_baseline(
+                engine, lock, batch.prompt, batch.settings,
+                progress=lambda done, total: status.caption(f"ar baseline for the speedups: {done}/{total} tokens"))
         status.empty()
     stop_slot.empty()
 
@@ -153,7 +154,8 @@ else:
     st.dataframe(ch.table_rows(batch), hide_index=True,
                  column_config={name: st.column_config.Column(help=text) for name, text in ch.COLUMN_HELP.items()})
     ar_note = (f"ar {batch.ar['stats']['tokens_per_s']:.1f} tok/s ({batch.ar_source})" if batch.ar
-               else "no ar baseline (stopped before it ran)")
+               else "no ar baseline (stopped before it ran)" if batch.stopped
+               else "no ar baseline (no configuration ran)")
     st.caption(f"{batch.settings['max_new_tokens']} new tokens at most · temperature {batch.settings['temperature']} · "
                f"{batch.dtype} · {ar_note}. Configurations run one after another on one engine, so each had the "
                "machine to itself.")

@@ -87,10 +87,12 @@ class Transcript:
 
 def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observe: tuple = (),
                    shallow: tuple[torch.Tensor, int] | None = None,
-                   parents: list[int] | None = None) -> tuple[torch.Tensor, dict]:
+                   parents: list[int] | None = None, last_only: bool = False) -> tuple[torch.Tensor, dict]:
     """Target logits for ``tokens`` ``[n, V]``, plus the hidden states after each layer in ``observe``.
 
     ``parents`` makes ``tokens`` a tree (see :func:`engines.model.layers.tree_mask`) instead of a chain.
+    ``last_only``: logits for the last token only (``[1, V]``): a prefill needs no more, and an 8,000-token
+    prompt's logits would take 1.6 GB in fp32.
 
     ``shallow = (hidden, ℓ)``: an early-exit draft already ran layers [0, ℓ) on all but the last token
     (sharing this cache), so only that token goes through them before the deep layers run on all.
@@ -107,14 +109,14 @@ def target_forward(ctx: DecodeContext, cache: KVCache, tokens: list[int], observ
         layer = stop
         if stop in observe:
             seen[stop] = hidden
-    return target.logits(hidden), seen
+    return target.logits(hidden[:, -1:] if last_only else hidden), seen
 
 
 def prefill(ctx: DecodeContext, cache: KVCache, observe: tuple = ()) -> tuple[torch.Tensor, dict, Prefill]:
     """Run the whole prompt through the target: logits for the first new token, observed states, the event."""
     ctx.trace.sync()
     start = time.perf_counter()
-    logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe)
+    logits, seen = target_forward(ctx, cache, ctx.prompt_ids, observe, last_only=True)
     ctx.trace.sync()  # decode time starts when the prefill's kernels have finished, on any trace
     return logits[-1], seen, Prefill(t=ctx.trace.now(), n_tokens=len(ctx.prompt_ids),
                                      seconds=time.perf_counter() - start)

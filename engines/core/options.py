@@ -9,6 +9,8 @@ def require_int(name: str, value, low: int, high: int | None = None) -> None:
     allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+    if high is not None and high < low:  # a bound from the model's layers, on a model too shallow for it
+        raise ValueError(f"{name} must be in {allowed}, and no value is: this model has too few layers for it")
     if value < low or (high is not None and value > high):
         raise ValueError(f"{name} must be in {allowed}, got {value}")
 

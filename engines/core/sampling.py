@@ -6,19 +6,37 @@ that actually produced and would have produced each token (the losslessness argu
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
+
+SEED_RANGE = (0, 2**64 - 1)  # what torch.Generator.manual_seed takes (a lane's seed wraps around inside it)
+# the smallest temperature above 0: logits divided by less overflow fp32 to inf, and the softmax to NaN (sampling at
+# it is already greedy in all but rounding: a logit gap of 0.01 becomes a factor of e^-100)
+MIN_TEMPERATURE = 1e-4
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class Sampler:
     def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = 0,
                  device: torch.device | str = "cpu"):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        self.temperature = temperature
-        self.top_p = top_p
-        self.seed = seed
+        if not _real(temperature) or not math.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        if 0 < temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (below it the logits "
+                             f"overflow), got {temperature!r}")
+        if not _real(top_p) or not 0 < top_p <= 1:  # NaN fails the comparison too
+            raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                                 or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
+            raise ValueError(f"seed must be None (a fresh random seed) or an integer in [0, 2**64 - 1], got {seed!r}")
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.seed = None if seed is None else int(seed)
         self.generator = torch.Generator(device=device)
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -28,7 +46,7 @@ class Sampler:
     def for_lane(self, lane: int) -> "Sampler":
         """The same warpers with a generator of the lane's own (seed + lane), so a parallel method draws the
         same numbers whichever process a lane runs in."""
-        return Sampler(self.temperature, self.top_p, None if self.seed is None else self.seed + lane,
+        return Sampler(self.temperature, self.top_p, None if self.seed is None else (self.seed + lane) % 2**64,
                        self.generator.device)
 
     @property

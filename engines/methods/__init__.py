@@ -17,7 +17,7 @@ METHODS: dict[str, type[Method]] = {m.name: m for m in (AR, SpeculativeSampling,
 
 
 def get_method(name: str) -> type[Method]:
-    if name not in METHODS:
+    if not isinstance(name, str) or name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}")
     return METHODS[name]
 

@@ -113,15 +113,16 @@ class Ppsd(Method):
                          for rank, (a, b) in enumerate(bounds) if rank > 0}
             lane = Lane(0, names[0], ctx.trace.now)
             with pinned(names[0]):
-                yield from group.run(first_stage(lane, ctx, first, len(bounds), draft_sampler, names), ctx.trace,
-                                     configure)
+                yield from group.run(first_stage(lane, ctx, first, len(bounds), draft_sampler, names,
+                                                 engine.context_window), ctx.trace, configure)
             return
         clocks = LaneClocks(len(bounds), ctx.trace.wall, engine.message_cost()) if config.mode == "virtual" else None
 
         def now_of(rank: int):
             return (lambda: clocks.now(rank)) if clocks else ctx.trace.now
 
-        programs = {0: first_stage(Lane(0, names[0], now_of(0)), ctx, first, len(bounds), draft_sampler, names)}
+        programs = {0: first_stage(Lane(0, names[0], now_of(0)), ctx, first, len(bounds), draft_sampler, names,
+                                   engine.context_window)}
         for rank, (a, b) in enumerate(bounds[1:], start=1):
             piece = StagePiece(ctx.target, a, b, ctx.capacity)
             programs[rank] = later_stage(Lane(rank, names[rank], now_of(rank)), piece, rank, len(bounds),

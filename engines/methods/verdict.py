@@ -98,6 +98,7 @@ class VerdictMethod(Method):
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         engine, config = self.engine, self.config
         plan = self.plan(ctx.trace.detailed)
+        plan.positions = engine.context_window  # lane D drafts nothing the target could not verify
         if plan.backup == "suffix":
             plan.suffix_corpus = [list(a) for a in engine.suffix_corpus.answers(ctx.prompt_ids, SuffixConfig().corpus)]
         names = self._lane_names(ctx)
@@ -116,7 +117,7 @@ class VerdictMethod(Method):
                 yield from group.run(target, ctx.trace,
                                      {1: {"program": "engines.programs.verdict.worker:draft_worker", "args": args}})
             return
-        drafter = BranchDrafter(module, config.draft, capacity)
+        drafter = BranchDrafter(module, config.draft, capacity, plan.positions)
         draft = draft_lane(Lane(1, names[1], ctx.trace.now), drafter, plan, ctx.sampler.for_lane(1), names)
         yield from run_serial({0: target, 1: draft})
 

@@ -78,19 +78,29 @@ class StagePiece:
 def must_collect(in_flight: int, n_stages: int, done: bool) -> bool:
     """The tick scheduler: must stage 1 wait for a verdict before its next tick? It keeps at most S − 1 drafts
     unverified when a tick starts, so each is judged S ticks after it entered (an accepted token costs one
-    tick, a rejected one S); once the answer is complete it collects every verdict still in flight."""
+    tick, a rejected one S); once the answer is complete (or the next tick would run past the context window)
+    it collects every verdict still in flight."""
     return in_flight > 0 and (in_flight > n_stages - 1 or done)
 
 
-def first_stage(lane, ctx: DecodeContext, piece: StagePiece, n_stages: int, sampler: Sampler, lanes: list[str]):
-    """Rank 0: draft, send, and commit what the last stage judged (one token per judged draft)."""
+def first_stage(lane, ctx: DecodeContext, piece: StagePiece, n_stages: int, sampler: Sampler, lanes: list[str],
+                window: int | None = None):
+    """Rank 0: draft, send, and commit what the last stage judged (one token per judged draft). ``window``: the
+    context window: no tick runs a row at a position past it (at its end, stage 1 waits for verdicts instead of
+    drafting tokens no answer can hold)."""
     out = Transcript(ctx)
     last = n_stages - 1
     epoch = tick = in_flight = round_ = 0
     inputs, position, draft_input = list(ctx.prompt_ids), 0, False
     started = lane.now()
+
+    def past() -> bool:
+        """Would the next tick run a row past the context window? Only while drafts are in flight: with none,
+        the next input is the last committed token, inside the window; so waiting never waits for nothing."""
+        return window is not None and position + len(inputs) > window
+
     while True:
-        if not out.done:
+        if not out.done and not past():
             tick += 1
             start = lane.now()
             hidden, dropped = piece.forward(inputs, position)
@@ -107,7 +117,7 @@ def first_stage(lane, ctx: DecodeContext, piece: StagePiece, n_stages: int, samp
                                       bytes=message.nbytes()))
             in_flight += 1
             inputs, position, draft_input = [token], position + len(inputs), True
-        while must_collect(in_flight, n_stages, out.done):
+        while must_collect(in_flight, n_stages, out.done or past()):
             reply = yield Recv(last)
             in_flight -= 1
             if reply.flag == DROPPED or out.done:

@@ -61,6 +61,9 @@ def compare_drafters(engine: Engine, prompt, names: Sequence[str], max_new_token
     if not names:
         raise ValueError("names must list at least one shipped drafter")
     sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+    for name in names:  # every drafter's limits, before the first run
+        method, options = drafter_run_options(name)
+        engine.check(prompt, method, **sampling, **options)
     ar = engine.run(prompt, "ar", **sampling)
     ar_step = ar.stats.decode_seconds / max(ar.stats.new_tokens, 1)
     rows, runs = [], {"ar": ar.events}

@@ -20,6 +20,8 @@ def gamma_sweep(engine: Engine, prompt, gammas: Sequence[int], method: str = "sp
     if not gammas:
         raise ValueError("gammas must list at least one γ")
     sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    for gamma in gammas:  # every point's limits, before the first run
+        engine.check(prompt, method, max_new_tokens=max_new_tokens, gamma=gamma, **sampling, **options)
     ar = engine.run(prompt, "ar", max_new_tokens=max_new_tokens, **sampling)
     ar_step = ar.stats.decode_seconds / max(ar.stats.new_tokens, 1)
     points, accepted, reached, drafted, seconds = [], 0, 0, 0, 0.0

@@ -163,8 +163,9 @@ def measure_scoreboard(engine: Engine, prompt, method: str, *, max_new_tokens: i
                        **options) -> tuple[Scoreboard, RunResult, RunResult]:
     """Run ``ar`` (unless given) and ``method`` on ``prompt`` under the thread rule; return the scoreboard and
     both runs, so the notebook reuses them rather than running again."""
-    if max_new_tokens < 2:
+    if isinstance(max_new_tokens, int) and max_new_tokens < 2:  # anything else the engine's check names
         raise ValueError(f"max_new_tokens must be at least 2 for a speed comparison, got {max_new_tokens}")
+    engine.check(prompt, method, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, **options)
     use_thread_rule()
     if ar is None:
         ar = engine.run(prompt, "ar", max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)

@@ -27,6 +27,9 @@ def tree_size_sweep(engine, prompt, sizes: Sequence[int | str], max_new_tokens: 
     if predict_from is None:
         raise ValueError("give predict_from, or at least one fixed size to predict from")
     extra = [] if predict_from in fixed else [predict_from]
+    for size in [*sizes, *extra]:  # every run's limits, before the first
+        engine.check(prompt, "eagle", depth=depth, topk=topk, total_tokens=size, draft=draft,
+                     max_new_tokens=max_new_tokens, temperature=0.0)
     total = len(sizes) + len(extra) + bool(baseline)
     done = 0
 

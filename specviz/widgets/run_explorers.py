@@ -148,6 +148,7 @@ def live_run_explorer(engine: Engine, prompt: str, method: str = "sps", max_new_
         button.disabled = True
         settings = dict(prompt=prompt_box.value, max_new_tokens=budget.value, temperature=temp.value)
         try:
+            engine.check(method=method_box.value, **settings, **method_options(method_box.value, controls))
             reference = baseline(settings) if with_ar.value and method_box.value != "ar" else None
             events: list[Event] = []
             title = run_label(method_box.value, method_options(method_box.value, controls))

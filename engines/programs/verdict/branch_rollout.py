@@ -56,8 +56,12 @@ class RolloutStats:
 class BranchDrafter:
     """A trained draft (``tiny`` or ``ss``) with its own cache; ``name`` is the drafter's."""
 
-    def __init__(self, module: torch.nn.Module, name: str, capacity: int):
+    def __init__(self, module: torch.nn.Module, name: str, capacity: int, positions: int | None = None):
+        """``positions``: the context window; no row is run, and no token drafted, at a position past it (a
+        branch near the window's end drafts fewer tokens), so lane D never computes past what the target can
+        verify. ``None``: no limit."""
         self.name = name
+        self.positions = positions or None
         self.streaming: StreamingDraft | None = module if isinstance(module, StreamingDraft) else None
         if self.streaming is not None:
             self.stack, self.head = self.streaming.stack, self.streaming.head
@@ -125,11 +129,16 @@ class BranchDrafter:
         return branches[0], stats
 
     # --- the tree steps ------------------------------------------------------------------------------
+    def room(self, visible: int, n_tokens: int) -> int:
+        """Tokens a branch whose root sits at position ``visible`` may draft: ``n_tokens``, cut where its last
+        token would sit past the context window."""
+        return n_tokens if self.positions is None else max(0, min(n_tokens, self.positions - 1 - visible))
+
     def _grow(self, branches: list[Branch], n_tokens: int, sampler: Sampler, shape: Shaper | None):
         linear = self.cache.length(0)
         stats = RolloutStats()
-        while branches and any(len(b.tokens) < n_tokens for b in branches):
-            live = [b for b in branches if len(b.tokens) < n_tokens]
+        while branches and any(len(b.tokens) < self.room(b.visible, n_tokens) for b in branches):
+            live = [b for b in branches if len(b.tokens) < self.room(b.visible, n_tokens)]
             rows = self._step(live, linear, sampler, shape, n_tokens)
             stats.steps += 1
             stats.rows.append(rows)
@@ -154,6 +163,8 @@ class BranchDrafter:
             row += len(b.pending)
             anchors.append(row - 1)
         stream_positions = [positions[a] + 1 + j for a in anchors for j in range(streams)]
+        if self.positions is not None:  # a stream row past the window drafts a token the branch has no room for
+            stream_positions = [min(p, self.positions - 1) for p in stream_positions]
         allowed = self._allowed(live, existing, n_main, streams)
         mask = torch.zeros(allowed.shape, dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
@@ -183,7 +194,7 @@ class BranchDrafter:
         for i, b in enumerate(live):
             rows = [logits[i]] + [logits[len(live) + i * streams + j] for j in range(streams)]
             for row_logits in rows:
-                if len(b.tokens) >= n_tokens:
+                if len(b.tokens) >= self.room(b.visible, n_tokens):
                     break
                 token, q = self._draw(row_logits, len(b.tokens), sampler, shape, b)
                 b.tokens.append(token)

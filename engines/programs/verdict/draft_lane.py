@@ -115,8 +115,8 @@ def _backup(lane: Lane, drafter: BranchDrafter, plan: Plan, committed: list[int]
     prompt lookup; ``suffix``: the suffix index), verified as point masses."""
     began = lane.now()
     if kind in ("fast", "suffix"):
-        draft = suffix.propose(committed, plan.window) if kind == "suffix" else point_masses(
-            lookup(committed, 3, 1, plan.window)[0])
+        n = drafter.room(len(committed) - 1, plan.window)  # nothing past the context window
+        draft = suffix.propose(committed, n) if kind == "suffix" else point_masses(lookup(committed, 3, 1, n)[0])
         window = Window(draft.tokens, None, draft.logprobs, "lookup")
     else:
         branch, _ = drafter.jit(committed, plan.window, sampler, shape)

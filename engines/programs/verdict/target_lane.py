@@ -29,7 +29,7 @@ def target_lane(lane: Lane, ctx: DecodeContext, plan: Plan, sampler: Sampler, vo
     out = Transcript(ctx)
     cache = target.new_cache(ctx.capacity)
     started = lane.now()
-    logits, _ = target_forward(ctx, cache, ctx.prompt_ids)
+    logits, _ = target_forward(ctx, cache, ctx.prompt_ids, last_only=True)
     yield Emit(Prefill(t=lane.now(), n_tokens=len(ctx.prompt_ids), seconds=lane.now() - started))
     yield Emit(out.commit(0, [sampler.next_token(logits[-1])], ["target"]))
     yield from send(lane, lanes, Message("start", blob={"ids": out.ids}), "start", 0)

@@ -36,6 +36,7 @@ class Plan:
     a_p_prior: float = 0.5
     r_prior: float = 0.5
     detailed: bool = True
+    positions: int = 0  # the context window: lane D drafts nothing past it (0: no limit)
 
 
 def window_message(round_: int, window: Window, hit: bool, vocab: torch.Tensor) -> Message:

@@ -41,7 +41,8 @@ def draft_worker(lane: Lane, source: str, dtype: str, draft: str, capacity: int,
     module = _draft_module(source, dtype, device, draft)
     sampler = Sampler(temperature, top_p, seed).for_lane(1)  # a CPU generator, as in serial mode: the same draws
     named = Lane(1, lanes[1], lane.now)
-    return draft_lane(named, BranchDrafter(module, draft, capacity), Plan(**plan), sampler, lanes)
+    plan = Plan(**plan)
+    return draft_lane(named, BranchDrafter(module, draft, capacity, plan.positions), plan, sampler, lanes)
 
 
 def preload_worker(lane: Lane, source: str, dtype: str, draft: str):
