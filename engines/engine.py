@@ -365,14 +365,18 @@ class Engine:
     def generate(self, prompt, method: str = "ar", *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = 0, instrument: bool = True,
                  trace: Trace | None = None, memory_budget_mb: float | None = None, flash_mb_s: float | None = None,
-                 stream: str = "deep", **options) -> Iterator[Event]:
+                 stream: str = "deep", stop_at_eos: bool = True, **options) -> Iterator[Event]:
         """Validate, then return the run's event stream (commits carry the text as it is produced).
 
         ``memory_budget_mb``, ``flash_mb_s``, ``stream``: run under a memory budget, as
         :meth:`set_memory_budget` describes, for this run only (the target's layers only: drafters stay
         resident); left unset, the engine's own budget applies, if it has one.
+        ``stop_at_eos=False`` decodes all ``max_new_tokens`` through end-of-text tokens (llama.cpp's
+        ``--ignore-eos``): what a soak or a timing run needs, whatever the model would say.
         """
         method_cls = get_method(method)
+        if not isinstance(stop_at_eos, bool):
+            raise ValueError(f"stop_at_eos must be True or False, got {_short(stop_at_eos)}")
         if trace is not None and not isinstance(trace, Trace):
             raise ValueError(f"trace must be a Trace to collect the run's events into, got {_short(trace)}")
         unknown = set(options) - set(method_cls.Config.option_names())
@@ -399,8 +403,9 @@ class Engine:
             trace.detailed = instrument
         if self.device.startswith("cuda"):
             trace.device_sync = lambda device=self.target.device: torch.cuda.synchronize(device)
-        ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace, self.eos_ids,
-                            self.detokenize, lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
+        ctx = DecodeContext(self.target, prompt_ids, max_new_tokens, sampler, trace,
+                            self.eos_ids if stop_at_eos else frozenset(), self.detokenize,
+                            lane="cuda:0" if self.device.startswith("cuda") else "cpu0")
         return self._stream(instance, ctx, temperature, budget)
 
     def check_context(self, prompt_tokens: int, max_new_tokens: int) -> None:
