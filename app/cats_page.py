@@ -1,4 +1,4 @@
-"""Streamlit-free helpers for the CATS page (``pages/cats.py``): choices, settings, metrics, captions.
+"""Streamlit-free helpers for the CATS page (``views/cats.py``): choices, settings, metrics, captions.
 
 Kept apart from the page script for the same reason as ``method_options``: the page reads top to
 bottom as a layout, and these pieces can be checked without a Streamlit runtime.

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import streamlit as st
 
-PAGES = Path(__file__).resolve().parent / "pages"
+PAGES = Path(__file__).resolve().parent / "views"
 
-# (file in pages/, sidebar title, icon, URL path); the first is the Run page, served at "/".
+# (file in views/, sidebar title, icon, URL path); the first is the Run page, served at "/".
 PAGE_LIST = (
     ("run.py", "Run", None, ""),
     ("compare.py", "Compare", "⚖️", "Compare"),

@@ -1,4 +1,4 @@
-"""Streamlit-free helpers for the draft-trees page (``pages/draft_trees.py``): parsing, metrics, captions.
+"""Streamlit-free helpers for the draft-trees page (``views/draft_trees.py``): parsing, metrics, captions.
 
 Kept apart from the page script for the same reason as ``method_options``: the page reads top to
 bottom as a layout, and these pieces can be checked without a Streamlit runtime.

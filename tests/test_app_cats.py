@@ -14,7 +14,7 @@ from app import cats_page as ch
 from app.run_summary import strip_html
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "cats.py"
+PAGE = APP / "views" / "cats.py"
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "BPT (MB per token)", "speedup vs ar (same budget)",
                  "bytes streamed (MB)"]
@@ -24,7 +24,7 @@ FAST_FLASH = 5000.0  # MB/s: streaming stays real but quick
 
 def new_page() -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=300).run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values
     # set before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -139,6 +139,6 @@ def test_helpers():
 def test_the_main_app_lists_the_page():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/cats.py").run()
+    at.switch_page("views/cats.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🪜 CATS")

@@ -25,7 +25,7 @@ from specviz.views.compare import cumulative_tokens, cumulative_tokens_figure, s
 from tests.lane_processes import lane_workers
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "compare.py"
+PAGE = APP / "views" / "compare.py"
 
 
 PROMPT = "List three primary colours, then three secondary colours."
@@ -36,7 +36,7 @@ def new_page(params: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=300)
     at.query_params.update(params or {})
     at.run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values set
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values set
     # before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -239,7 +239,7 @@ def test_spec_strings_round_trip():
 def test_the_main_app_lists_the_compare_and_results_pages():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    for page, title in (("pages/compare.py", "⚖️ Compare"), ("pages/results.py", "📊 Recorded")):
+    for page, title in (("views/compare.py", "⚖️ Compare"), ("views/results.py", "📊 Recorded")):
         at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
         assert at.title[0].value.startswith(title)

@@ -16,14 +16,14 @@ from app import moa_page as mh
 from engines.core.trace import LinkSend, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "moa.py"
+PAGE = APP / "views" / "moa.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 
 
 def new_page() -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=300).run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values
     # set before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -127,6 +127,6 @@ def test_helpers():
 def test_the_main_app_lists_the_page():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/moa.py").run()
+    at.switch_page("views/moa.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🧩 MoA")

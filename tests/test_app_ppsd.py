@@ -21,7 +21,7 @@ from engines.lanes import lane_capacity
 from engines.programs.pipeline import stage_count
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "ppsd.py"
+PAGE = APP / "views" / "ppsd.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 N_LAYERS = 30  # SmolLM2-135M
@@ -29,7 +29,7 @@ N_LAYERS = 30  # SmolLM2-135M
 
 def new_page() -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=300).run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values
     # set before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -157,6 +157,6 @@ def test_helpers():
 def test_the_main_app_lists_the_page():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/ppsd.py").run()
+    at.switch_page("views/ppsd.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🚰 PPSD")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "regime.py"
+PAGE = Path(__file__).resolve().parents[1] / "app" / "views" / "regime.py"
 
 
 def test_regime_page_projects_and_checks():

@@ -13,7 +13,7 @@ from engines import Engine
 from specviz.bench import recorded_runs as br
 from specviz.bench.report import write_results
 
-PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "results.py"
+PAGE = Path(__file__).resolve().parents[1] / "app" / "views" / "results.py"
 
 
 @pytest.fixture

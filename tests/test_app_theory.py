@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import live as lv
 
-PAGE = Path(__file__).resolve().parents[1] / "app" / "pages" / "theory.py"
+PAGE = Path(__file__).resolve().parents[1] / "app" / "views" / "theory.py"
 
 
 def test_theory_page_draws_the_curve_and_both_models():

@@ -16,7 +16,7 @@ from app.tree_page import parse_sizes
 from engines.methods.eagle import EagleConfig
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PAGE = APP / "pages" / "draft_trees.py"
+PAGE = APP / "views" / "draft_trees.py"
 
 METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "mean tree size", "speedup vs ar"]
 PROMPT = "List three primary colours, then three secondary colours."
@@ -24,7 +24,7 @@ PROMPT = "List three primary colours, then three secondary colours."
 
 def new_page() -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=300).run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values
     # set before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -133,6 +133,6 @@ def test_sweep_sizes_are_checked():
 def test_the_main_app_lists_the_page():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    at.switch_page("pages/draft_trees.py").run()
+    at.switch_page("views/draft_trees.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("🌳 Draft trees")

@@ -15,8 +15,8 @@ from app import verdict_page as vh
 from engines.core.trace import CacheBuild, EeMessage, RunEnd, RunStart
 
 APP = Path(__file__).resolve().parents[1] / "app"
-MIRROR = APP / "pages" / "mirror_sd.py"
-SSD = APP / "pages" / "ssd.py"
+MIRROR = APP / "views" / "mirror_sd.py"
+SSD = APP / "views" / "ssd.py"
 
 PROMPT = "Why does the sky appear blue during the day?"
 N_LAYERS = 30  # SmolLM2-135M
@@ -24,7 +24,7 @@ N_LAYERS = 30  # SmolLM2-135M
 
 def new_page(page: Path) -> AppTest:
     at = AppTest.from_file(str(page), default_timeout=300).run()
-    # AppTest treats the second run of a script under pages/ as a page change and drops widget values
+    # AppTest treats the second run of a script under views/ as a page change and drops widget values
     # set before it, so run once more before touching any widget.
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -161,7 +161,7 @@ def test_helpers():
 def test_the_main_app_lists_the_pages():
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=300).run()
     assert not at.exception
-    for page, title in (("pages/mirror_sd.py", "🪞 Mirror-SD"), ("pages/ssd.py", "🔮 SSD")):
+    for page, title in (("views/mirror_sd.py", "🪞 Mirror-SD"), ("views/ssd.py", "🔮 SSD")):
         at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
         assert at.title[0].value.startswith(title)

@@ -513,7 +513,7 @@ def test_run_page_runs_pasted_binary_and_control_characters():
 def test_compare_page_refuses_a_prompt_past_the_context_window_without_an_exception():
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(APP / "pages" / "compare.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=300).run()
     at.run()  # AppTest's second run of a page script drops widget values set before it
     at.text_area(key="cmp:prompt_text").set_value("hello " * 9000)
     at.button(key="cmp:run").click().run()

@@ -40,7 +40,7 @@ def test_each_notebook_opens_with_the_shared_glossary(path):
 def test_docs_and_dashboard_use_the_same_table():
     assert notation_table() in (ROOT / "docs" / "notation.md").read_text(encoding="utf-8"), \
         "docs/notation.md is out of date: python -m specviz.notation"
-    assert "notation_table" in (ROOT / "app" / "pages" / "theory.py").read_text(encoding="utf-8")
+    assert "notation_table" in (ROOT / "app" / "views" / "theory.py").read_text(encoding="utf-8")
 
 
 # Usages the notation retired (docs/notation.md's renaming table lists them). A line may still name a paper's

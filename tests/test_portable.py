@@ -187,7 +187,7 @@ def test_lane_pages_load_and_say_lanes_cannot_run(prefix, no_linux, no_distribut
     torch.distributed instead of offering a lanes run that would fail."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(APP / "pages" / PAGES[prefix]), default_timeout=300).run()
+    at = AppTest.from_file(str(APP / "views" / PAGES[prefix]), default_timeout=300).run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key=f"{prefix}mode").value == "lanes"
     warnings = " ".join(w.value for w in at.warning)

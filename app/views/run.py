@@ -81,9 +81,9 @@ st.markdown(
 )
 
 for column, (page, label, icon) in zip(st.columns(3), (
-        ("pages/compare.py", "Compare configurations", "⚖️"),
-        ("pages/theory.py", "Theory on this machine", "📐"),
-        ("pages/results.py", "Recorded results (no model)", "📊"))):
+        ("views/compare.py", "Compare configurations", "⚖️"),
+        ("views/theory.py", "Theory on this machine", "📐"),
+        ("views/results.py", "Recorded results (no model)", "📊"))):
     column.page_link(page, label=label, icon=icon)
 
 # --- sidebar: method, options, generation settings, model ---------------------------------------
