@@ -58,6 +58,12 @@ class DashboardResult:
         warm = next((h for t, h in self.samples if t >= warmup_minutes * 60), self.samples[-1][1])
         return warm, self.samples[-1][1]
 
+    @classmethod
+    def from_dict(cls, record: dict) -> "DashboardResult":
+        samples = [(row["t_s"], Holdings(**{k: v for k, v in row.items() if k != "t_s"})) for row in record["samples"]]
+        return cls(record["minutes"], record["sessions"], samples, record["actions"], record["page_errors"],
+                   record["log_tracebacks"], record["session_failures"])
+
     def as_dict(self) -> dict:
         return {"minutes": self.minutes, "sessions": self.sessions, "actions": self.actions,
                 "samples": [{"t_s": round(t, 1), **h.as_dict()} for t, h in self.samples],

@@ -79,15 +79,19 @@ def interrupt_table(results: list[InterruptResult]) -> str:
 
 
 def dashboard_table(result: DashboardResult, warmup_minutes: float) -> str:
+    """The server's own memory is what must not grow; its lane workers are not counted in the growth: each
+    lanes page starts the workers its method needs (their size is that method's layers and drafter), so their
+    memory follows the page last used, and their own growth over runs is the engine part's to measure."""
     warm, end = result.warm_and_end(warmup_minutes)
-    growth = total_mb(end) - total_mb(warm)
-    lines = ["| minutes | sessions | visits | MB warm → end (workers') | growth MB | threads / files / children / temp, "
-             "warm → end | page exceptions | server tracebacks | session failures | meets |",
+    growth = end.rss_mb - warm.rss_mb
+    lines = [f"| minutes (warm-up) | sessions | visits | server MB warm → end (workers') | server growth MB | "
+             "threads / files / children / temp, warm → end | page exceptions | server tracebacks | "
+             "session failures | meets |",
              "|--:|--:|--:|---|--:|---|--:|--:|--:|---|"]
     ok = verdict(growth, warm, end)
     if result.page_errors or result.log_tracebacks:
         ok = "no: exceptions" if ok == "yes" else ok + ", exceptions"
-    lines.append(f"| {result.minutes:g} | {result.sessions} | {sum(result.actions.values())} | "
+    lines.append(f"| {result.minutes:g} ({warmup_minutes:g}) | {result.sessions} | {sum(result.actions.values())} | "
                  f"{warm.rss_mb:,.0f} → {end.rss_mb:,.0f} ({warm.children_rss_mb:,.0f} → {end.children_rss_mb:,.0f}) | "
                  f"{growth:+.1f} | {counts(warm)} → {counts(end)} | {len(result.page_errors)} | "
                  f"{len(result.log_tracebacks)} | {len(result.session_failures)} | {ok} |")
