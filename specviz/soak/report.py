@@ -95,6 +95,10 @@ def dashboard_table(result: DashboardResult, warmup_minutes: float) -> str:
                  f"{warm.rss_mb:,.0f} → {end.rss_mb:,.0f} ({warm.children_rss_mb:,.0f} → {end.children_rss_mb:,.0f}) | "
                  f"{growth:+.1f} | {counts(warm)} → {counts(end)} | {len(result.page_errors)} | "
                  f"{len(result.log_tracebacks)} | {len(result.session_failures)} | {ok} |")
+    slope = server_trend_mb_per_10_min(result, warmup_minutes)
+    if slope is not None:
+        lines += ["", f"The server's memory after warm-up, fitted by least squares over every minute's sample: "
+                      f"{slope:+.1f} MB per 10 minutes (single samples move by tens of MB as runs start and end)."]
     lines += ["", "Visits (page/ending): " + ", ".join(f"{k} {v}" for k, v in sorted(result.actions.items()))]
     lines += ["", "Server samples (minute: MB, workers' MB, threads, files, children): " + "; ".join(
         f"{t / 60:.0f}: {h.rss_mb:,.0f}, {h.children_rss_mb:,.0f}, {h.threads}, {h.open_files}, {h.children}"
@@ -104,3 +108,14 @@ def dashboard_table(result: DashboardResult, warmup_minutes: float) -> str:
         if items:
             lines += ["", f"{title}:"] + [f"- {item}" for item in items]
     return "\n".join(lines)
+
+
+def server_trend_mb_per_10_min(result: DashboardResult, warmup_minutes: float) -> float | None:
+    """The least-squares slope of the server's resident memory over the samples after warm-up."""
+    points = [(t / 60, h.rss_mb) for t, h in result.samples if t >= warmup_minutes * 60]
+    if len(points) < 3:
+        return None
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_m = sum(m for _, m in points) / len(points)
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    return 10 * sum((t - mean_t) * (m - mean_m) for t, m in points) / spread if spread else None
