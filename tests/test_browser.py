@@ -14,20 +14,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-ROOT = Path(__file__).resolve().parents[1]
+from specviz.soak.dashboard import CHROMEDRIVER, CHROMIUM
+
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 MAX_NEW_TOKENS = 12
 # plotly draws for a moment after the page says it is done: `make screenshots` (SPECVIZ_SCREENSHOTS=1) waits
@@ -39,61 +33,28 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"no {' or '.join(MISSING)
                                                       f"Chromium (`make browser-deps` installs it where apt-get can)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`streamlit run app/main.py` on a free port; always terminated afterwards."""
-    port = free_port()
+    """`streamlit run app/main.py` on a free port (the soak's way to start it); always stopped afterwards."""
+    from specviz.soak.dashboard import start_server, stop_server
+
     log_path = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none"]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"streamlit exited with {process.returncode}:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not serve within 90 s:\n{log_path.read_text()}")
-            time.sleep(0.5)
+        process, url = start_server(log_path)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
+        stop_server(process)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
+    pytest.importorskip("selenium.webdriver")
+    from specviz.soak.dashboard import open_browser
 
-    profile = tempfile.mkdtemp(prefix="specviz-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={profile}", "--window-size=1400,1800"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver, profile = open_browser()
     try:
         yield driver
     finally:
