@@ -182,9 +182,11 @@ class Engine:
     @property
     def longest_token_chars(self) -> int | None:
         """The most characters one token of this tokenizer stands for (its longest vocabulary entry: bytes for a
-        byte-level vocabulary, so never fewer than the characters it decodes to); ``None`` without a tokenizer."""
-        if self._longest_token is None and self.tokenizer is not None:
-            self._longest_token = max((len(t) for t in self.tokenizer.get_vocab()), default=1)
+        byte-level vocabulary, so never fewer than the characters it decodes to); ``None`` without a tokenizer or
+        where it cannot list its vocabulary (a custom tokenizer with no ``get_vocab``): then no bound is set."""
+        vocabulary = getattr(self.tokenizer, "get_vocab", None)
+        if self._longest_token is None and vocabulary is not None:
+            self._longest_token = max((len(t) for t in vocabulary()), default=1)
         return self._longest_token
 
     def _check_characters(self, n_chars: int) -> None:
