@@ -32,8 +32,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=3, help="browser sessions at once (default 3)")
     parser.add_argument("--methods", default="", help="the engine part's methods (default: every method)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the engine rows already in OUT/soak.json with the same --runs and --tokens")
-    parser.add_argument("--out", default="", help="folder for soak.json and soak.md (default: data/soak/<cpu>)")
+                        help="keep the engine rows a stopped soak of the same parts, --runs and --tokens saved")
+    parser.add_argument("--out", default="", help="folder for soak.json and soak.md (default: data/soak/<cpu>); "
+                        "a soak of some parts writes soak-<parts>.json and .md beside them")
     args = parser.parse_args(argv)
     for name in ("runs", "tokens", "long_tokens", "faults", "interrupts", "sessions"):
         if getattr(args, name) < 1:
@@ -91,17 +92,19 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine.load()
         record["dtype"] = engine.dtype
     out = Path(args.out) if args.out else Path("data/soak") / machine_folder()
-    done = resumable_rows(out, args) if args.resume else {}
+    # a soak of some parts is saved beside the whole soak's record, never over it
+    name = "soak" if set(parts) == set(PARTS) else "soak-" + "-".join(p for p in PARTS if p in parts)
+    done = resumable_rows(out / f"{name}.json", args) if args.resume else {}
 
     def save(rows: list) -> None:  # after every row: a soak stopped at any moment keeps what it measured
         record["engine"] = [r.as_dict() for r in rows]
-        write_json_atomic(out / "soak.json", record, indent=1)
+        write_json_atomic(out / f"{name}.json", record, indent=1)
 
     if "engine" in parts:
         rows = [done[m] for m in methods if m in done]
         todo = [m for m in methods if m not in done]
         if done:
-            print(f"resuming: {', '.join(done)} already measured in {out / 'soak.json'}", flush=True)
+            print(f"resuming: {', '.join(done)} already measured in {out / name}.json", flush=True)
         with tqdm(total=args.runs * len(todo), desc="engine runs", unit="run") as bar:
             for method in todo:
                 rows.append(engine_runs.soak_method(engine, method, args.runs, args.tokens,
@@ -156,17 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"# Soak: {record['machine']}, {record.get('dtype', 'default dtype')}, commit {record['commit']}, "
             f"{record['started']}, {minutes:.0f} minutes\n\n" + "\n\n".join(sections) + "\n")
     print("\n" + text)
-    write_json_atomic(out / "soak.json", record, indent=1)
-    write_text_atomic(out / "soak.md", text)
-    print(f"saved {out / 'soak.md'} and soak.json")
+    write_json_atomic(out / f"{name}.json", record, indent=1)
+    write_text_atomic(out / f"{name}.md", text)
+    print(f"saved {out / name}.md and {name}.json")
     return 0
 
 
-def resumable_rows(out: Path, args) -> dict:
+def resumable_rows(path: Path, args) -> dict:
     """The engine rows a stopped soak saved, by method, where it ran with the same runs and tokens."""
     from engines.storage import read_json_record
 
-    saved = read_json_record(out / "soak.json", "the soak's saved rows", then="the soak starts afresh")
+    saved = read_json_record(path, "the soak's saved rows", then="the soak starts afresh")
     if not saved or saved.get("settings", {}).get("runs") != args.runs \
             or saved.get("settings", {}).get("tokens") != args.tokens:
         return {}
