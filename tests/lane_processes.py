@@ -8,23 +8,15 @@ import ctypes
 import os
 import time
 
-import psutil
-
 from engines.lanes import Emit, Message, Recv, Send
 
 
 def lane_workers() -> list[int]:
     """Pids of every running ``engines.lanes.worker`` process started from this test session's process (or
-    by its children). Through psutil, not ``/proc``, so it works on macOS and Windows too; a zombie (exited,
-    not yet reaped) counts as gone."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "engines.lanes.worker" in " ".join(child.cmdline()):
-                found.append(child.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return sorted(found)
+    by its children): the soak's count (psutil, so macOS and Windows too; a zombie counts as gone)."""
+    from specviz.soak.lane_faults import lane_workers as live_lane_workers
+
+    return sorted(worker.pid for worker in live_lane_workers())
 
 
 def hold_the_gil(seconds: float) -> None:

@@ -16,8 +16,10 @@ from engines.storage import write_json_atomic, write_text_atomic
 from . import cli_interrupt, dashboard, engine_runs, lane_faults, report
 
 PARTS = ("engine", "long", "faults", "interrupt", "dashboard")
-# seconds each unit took on a 2-core AMD EPYC (Zen 4), bf16: what the opening estimate is made of
-SECONDS_PER_RUN, SECONDS_PER_LONG_TOKEN, SECONDS_PER_FAULT, SECONDS_PER_INTERRUPT = 1.1, 0.035, 6.0, 25.0
+# seconds each unit took in the soak of 2026-11-27 on a 2-core AMD EPYC (Zen 4), bf16, beside other test runs
+# (data/soak/amd-epyc-f25m17): 2,375 s for 2,000 runs, 56 s for 4,000 tokens, ~640 s for 50 faults (each with
+# its check run); what the opening estimate is made of
+SECONDS_PER_RUN, SECONDS_PER_LONG_TOKEN, SECONDS_PER_FAULT, SECONDS_PER_INTERRUPT = 1.2, 0.014, 13.0, 20.0
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

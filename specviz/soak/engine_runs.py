@@ -81,9 +81,9 @@ def soak_method(engine: Engine, method: str, runs: int, max_new_tokens: int, war
 
 def can_sample(engine: Engine, method: str) -> bool:
     """Whether the method's default configuration runs at a temperature (CATS's default greedy acceptance
-    refuses one): asked of the engine's own validation, which runs nothing."""
+    refuses one): asked of the engine's own validation (:meth:`Engine.check`), which runs nothing."""
     try:
-        engine.generate(PROMPTS[0], method, max_new_tokens=1, temperature=0.8, seed=0).close()
+        engine.check(PROMPTS[0], method, max_new_tokens=1, temperature=0.8, seed=0)
     except ValueError:
         return False
     return True
