@@ -401,4 +401,4 @@ def test_real_budgeted_cats_run(real_engine):
     assert 0 < model.cycle_seconds(4000.0) <= costs.cycle_seconds + 1e-9
     assert 0 < model.ar_token_seconds(4000.0) <= cats_costs.run_costs(ar.events).cycle_seconds + 1e-9
     rows = cats_costs.costs_rows({"ar": ar.events, "cats": events})
-    assert rows[1]["γ"] == costs.gamma and rows[1]["BPT MB"] < rows[0]["BPT MB"] * 1.01
+    assert rows[1]["γ̄"] == costs.gamma and rows[1]["BPT MB"] < rows[0]["BPT MB"] * 1.01

@@ -90,7 +90,7 @@ if linked and budget is not None:
 with st.expander("Table 7: bytes per message, and one cycle's time", expanded=False):
     left, right = st.columns([1, 2])
     with left:
-        x_a = st.slider("A: tokens accepted per cycle", 1, 12, 3, key=f"{P}x:a")
+        x_a = st.slider("τ: tokens per cycle (A accepted drafts + 1)", 1, 12, 3, key=f"{P}x:a")
         x_m = st.slider("n: tree nodes sent", 1, 60, 16, key=f"{P}x:m")
         x_tli = st.slider("TLI", 0, 8, 0, key=f"{P}x:tli")
         x_b = st.selectbox("bytes per value", [1, 2, 4], key=f"{P}x:b", help="1: int8 as the paper (and this engine)")
@@ -102,7 +102,8 @@ with st.expander("Table 7: bytes per message, and one cycle's time", expanded=Fa
         st.plotly_chart(moa_messages.cycle_time_figure(x_draft / 1e3, x_verify / 1e3, x_lsa / 1e3, x_a, x_m, x_tli, HIDDEN,
                                              KV_WIDTH, x_b, tau=float(x_a)), key=f"{P}x:cycle")
         st.caption(f"E = {HIDDEN}, E_kv = {KV_WIDTH} (this model; E the hidden size, E_kv one layer's key width). T_cycle = T_draft + RTT "
-                   "+ 8(bytes_up + bytes_down)/B + T_verify + T_LSA [derived: docs/moa.md; B the link's bandwidth]; tokens/s = τ/T_cycle with τ = A here.")
+                   "+ (bytes_up + bytes_down)/B + T_verify + T_LSA [derived: docs/moa.md; B the link's bandwidth in bytes/s]; tokens/s = τ/T_cycle, "
+                   "τ the ids a verdict carries (A accepted drafts + the server's token).")
 
 # --- prompt -------------------------------------------------------------------------------------
 prompt = prompt_picker(example_prompts(), P, "qa")

@@ -113,14 +113,14 @@ def show_fits(record: dict) -> None:
     left.plotly_chart(ssd_views.k_histogram(events), key=f"{P}k_histogram")
     right.plotly_chart(ssd_views.hit_rate_vs_fanout(events), key=f"{P}miss_curve")
     a_p = ssd_views.fit_acceptance(events)
-    c_fit, r_fit = fit_power_law([x.rank for x in lookups])
-    c_fit = min(c_fit, 1.0)  # a fitted miss rate above 1 at F = 1 means nothing: cap β at 1
+    beta_fit, r_fit = fit_power_law([x.rank for x in lookups])
+    beta_fit = min(beta_fit, 1.0)  # a fitted miss rate above 1 at F = 1 means nothing: cap β at 1
     builds = [e for e in events if isinstance(e, CacheBuild)]
     if a_p is not None and builds and r_fit > 0:
         k = len(builds[-1].fanout) - 1
         shown_budget = max(sum(builds[-1].fanout), 1)
-        st.plotly_chart(ssd_views.fanout_figure(a_p, r_fit, shown_budget, k, c=c_fit), key=f"{P}fitted_fanout")
-        st.caption(f"The §5.3 optimum at this run's fitted a = {a_p:.2f} and r = {r_fit:.2f} (β = {c_fit:.2f}), "
+        st.plotly_chart(ssd_views.fanout_figure(a_p, r_fit, shown_budget, k, c=beta_fit), key=f"{P}fitted_fanout")
+        st.caption(f"The §5.3 optimum at this run's fitted a = {a_p:.2f} and r = {r_fit:.2f} (β = {beta_fit:.2f}), "
                    f"for its own budget of {shown_budget} guesses; measured hit rate "
                    f"{sum(x.hit for x in lookups) / len(lookups):.2f} over {len(lookups)} lookups.")
 

@@ -4,7 +4,7 @@ A reader should meet the verdict before the mechanism: is this method faster tha
 how much, and why. The "why" is arithmetic on the measured round, in units of one ``ar`` step
 (``t_ar``, the time ``ar`` takes per token in the same notebook):
 
-    S ≈ τ / r,   r = (decode time ÷ rounds) ÷ t_ar = V + D + O
+    S ≈ τ / R,   R = (decode time ÷ rounds) ÷ t_ar = V + D + O
 
 V is the target's verification per round (its verify, shallow-verify and re-forward spans), D the drafting
 the target waited for, O everything else (bookkeeping, transfers, idle lanes). Each term has an ideal —
@@ -69,7 +69,7 @@ class Scoreboard:
     max_depth: int  # the longest draft the target judged, in positions
     lanes: int
     equal_to_ar: bool | None  # greedy: the same tokens as ar; None when sampling
-    round_cost: float  # r, in ar steps
+    round_cost: float  # R, in ar steps
     verify: float  # V
     draft: float  # D
     other: float  # O
@@ -111,7 +111,7 @@ class Scoreboard:
             return (f"τ = {self.tau:.2f} tokens per round at {self.tokens_per_s:.1f} tokens/s against `ar`'s "
                     f"{self.ar_tokens_per_s:.1f}; this method's target lane records no round spans to split.")
         return (f"τ = {self.tau:.2f} tokens per round for a round that costs {self.round_cost:.2f} `ar` steps "
-                f"(verify {self.verify:.2f}, draft {self.draft:.2f}, other {self.other:.2f}), so S ≈ τ ÷ r = "
+                f"(verify {self.verify:.2f}, draft {self.draft:.2f}, other {self.other:.2f}), so S ≈ τ ÷ R = "
                 f"{self.tau / self.round_cost:.2f}×; the term that cost the most is **{worst}** (at its ideal: "
                 f"{self.counterfactuals()[worst]:.2f}×).")
 
@@ -123,7 +123,7 @@ def _lanes(result: RunResult) -> dict:
 
 
 def round_terms(result: RunResult, ar_seconds_per_token: float) -> tuple[float, float, float, float] | None:
-    """(r, V, D, O) of a run in ``ar`` steps per round, read from the target lane's spans: V its work, D its
+    """(R, V, D, O) of a run in ``ar`` steps per round, read from the target lane's spans: V its work, D its
     drafting and its waits for a draft on another lane (the draft time it could not hide), O the rest.
     ``None`` where the target lane recorded no spans (PPSD's pipeline records stage ticks instead)."""
     stats = result.stats

@@ -241,7 +241,7 @@ def costs_rows(runs: dict[str, Sequence[Event]]) -> list[dict]:
         end = events[-1]
         rows.append({"run": name, "τ": c.tau, "cycle ms": 1e3 * c.cycle_seconds,
                      "draft step ms": 1e3 * c.draft_step if c.draft_steps else None,
-                     "γ": c.gamma, "sv ms": 1e3 * c.sv_per_cycle, "reforward ms": 1e3 * c.reforward_per_cycle,
+                     "γ̄": c.gamma, "sv ms": 1e3 * c.sv_per_cycle, "reforward ms": 1e3 * c.reforward_per_cycle,
                      "deep pass ms": 1e3 * c.deep_wall_per_pass, "deep compute ms": 1e3 * c.deep_compute_per_pass,
                      "other ms": 1e3 * c.other_per_cycle, "MB per pass": c.deep_bytes_per_pass / MB,
                      "reads MB/s": c.read_mb_s,

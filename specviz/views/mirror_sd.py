@@ -79,7 +79,7 @@ def hypothesis_grid(events: Sequence[Event], round_: int | None = None,
             fig.add_shape(type="rect", x0=-0.5, x1=kappa - 0.5, y0=j - 0.5, y1=j + 0.5, name="not reached",
                           line=dict(width=0), fillcolor="rgba(158,158,158,0.55)")
         fate = commit.fates[a] if a < len(commit.fates) else "?"
-        verdict = f"A = {a}, c = {text(c)!r} ({fate})" if c is not None else f"A = {a}"
+        verdict = f"A = {a}, x* = {text(c)!r} ({fate})" if c is not None else f"A = {a}"
         if hit is None:
             verdict += " · reuse pending"
         elif hit:

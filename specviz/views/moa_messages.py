@@ -119,7 +119,7 @@ def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden
                            f"{m[f'table7_{direction}']:,.1f} B · + header and scales: "
                            f"{m[f'predicted_{direction}']:,.1f} B"], hoverinfo="text"))
     even = moa_break_even_tli(hidden, kv_width)
-    note = (f"A = {accepted} accepted, n = {nodes} nodes, E = {hidden} (hidden size), E_kv = {kv_width}, {bytes_per_value:g} byte(s) "
+    note = (f"τ = {accepted} tokens per cycle (A + 1 ids: the accepted drafts and the server's token), n = {nodes} nodes, E = {hidden} (hidden size), E_kv = {kv_width}, {bytes_per_value:g} byte(s) "
             f"per value · MoA's down message exceeds EAGLE's from TLI = {even} on (2·E_kv·(TLI+1) > E)")
     title = "Bytes per message (Table 7)" + (" — LOSSY runs among the measured" if lossy else "")
     fig.update_layout(title=dict(text=f"{title}<br><sup>{note}</sup>"), barmode="group", scattermode="group", height=400,
@@ -131,7 +131,7 @@ def message_size_figure(accepted: int = 4, nodes: int = 16, tli: int = 0, hidden
 def cycle_time_rows(t_draft: float, t_verify: float, t_lsa: float, accepted: int, nodes: int, tli: int = 0,
                     hidden: int = 576, kv_width: int = 192, bytes_per_value: float = 1.0,
                     profiles: Sequence[str] = ("base", "5g", "4g")) -> list[dict]:
-    """The [derived] cycle time T = T_draft + RTT + 8(bytes up + down)/B + T_verify + T_LSA (docs/moa.md) for
+    """The [derived] cycle time T = T_draft + RTT + (bytes up + down)/B + T_verify + T_LSA (B in bytes/s; docs/moa.md) for
     MoA, EAGLE and an independent draft under each profile (mean RTT: twice base delay + jitter mean; no loss):
     ``{profile, drafter, draft, rtt, transfer, verify, lsa, total}`` in seconds (LSA is MoA's only)."""
     sizes = table7_rows(accepted, nodes, tli, hidden, kv_width, bytes_per_value)
@@ -165,8 +165,8 @@ def cycle_time_figure(t_draft: float, t_verify: float, t_lsa: float, accepted: i
     if tau:
         fig.add_trace(go.Scatter(x=x, y=[1e3 * r["total"] for r in rows], mode="text", showlegend=False,
                                  text=[f"{tau / r['total']:.0f} tok/s" for r in rows], textposition="top center"))
-    fig.update_layout(title=dict(text="One client–server cycle: T_draft + RTT + 8(bytes up + bytes down)/B + T_verify + T_LSA"
-                                      f"<br><sup>τ = {accepted} accepted per cycle, n = {nodes} nodes, TLI = {tli}, mean RTT, no loss"
+    fig.update_layout(title=dict(text="One client–server cycle: T_draft + RTT + (bytes up + bytes down)/B + T_verify + T_LSA"
+                                      f"<br><sup>τ = {accepted} tokens per cycle, n = {nodes} nodes, TLI = {tli}, mean RTT, no loss"
                                       + (f", {tau:g} tokens per cycle" if tau and tau != accepted else "") + " · [derived], docs/moa.md</sup>"),
                       barmode="stack", height=400, margin=dict(t=80, b=40), yaxis=dict(title="ms per cycle"),
                       legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"))

@@ -117,7 +117,7 @@ def k_histogram(events: Sequence[Event]) -> go.Figure:
 
 def miss_curve(events: Sequence[Event], max_fanout: int = 64) -> list[tuple[int, float]]:
     """``(F, miss(F))``: the fraction of lookups whose true token ranked ≥ F (or not at all), i.e. what a
-    fan-out of F per row A would have missed. Mirror's ranks only exist inside the top-κ, so F stops at κ."""
+    row A with a fan-out of F_A would have missed. Mirror's ranks only exist inside the top-κ, so F_A stops at κ."""
     ranks = [x.rank for x in _of(events, CacheLookup)]
     if not ranks:
         return []
@@ -127,7 +127,7 @@ def miss_curve(events: Sequence[Event], max_fanout: int = 64) -> list[tuple[int,
 
 
 def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figure:
-    """miss(F) against F on log–log axes (§5.9 view 3) from the logged ranks, with the power law β·F^(−r)
+    """miss(F) against F on log–log axes (§5.9 view 3) from the logged ranks, with the power law β·F_A^(−r)
     fitted by :func:`engines.programs.verdict.speculation_cache.fit_power_law`: r is what the geometric fan-out needs."""
     curve = miss_curve(events, max_fanout)
     ranks = [x.rank for x in _of(events, CacheLookup)]
@@ -140,7 +140,7 @@ def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figu
     if len(ranks) >= 4:
         grid = [f for f in range(1, top + 1)]
         fig.add_trace(go.Scatter(x=grid, y=[c * f ** (-r) for f in grid], mode="lines",
-                                 name=f"fit β·F^(−r): β = {c:.2f}, r = {r:.2f}", line=dict(color="#c62828")))
+                                 name=f"fit β·F_A^(−r): β = {c:.2f}, r = {r:.2f}", line=dict(color="#c62828")))
     builds = _of(events, CacheBuild)
     if builds and curve:
         fan = builds[-1].fanout
@@ -150,8 +150,8 @@ def hit_rate_vs_fanout(events: Sequence[Event], max_fanout: int = 64) -> go.Figu
             fig.add_trace(go.Scatter(x=[used], y=[1 - hit], mode="markers", name=f"this run (mean F = {used:.1f})",
                                      marker=dict(symbol="x", size=12, color="#222")))
     fig.update_layout(title=f"Miss rate vs fan-out ({len(ranks)} lookups)", height=360, margin=dict(t=60, b=40),
-                      xaxis=dict(title="fan-out F (guesses per row A)", type="log"),
-                      yaxis=dict(title="miss rate 1 − h at fan-out F", type="log"))
+                      xaxis=dict(title="fan-out F_A (guesses in row A)", type="log"),
+                      yaxis=dict(title="miss rate at fan-out F_A", type="log"))
     return fig
 
 

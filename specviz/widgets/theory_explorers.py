@@ -134,7 +134,7 @@ def tree_theory_explorer(curve, coverage: dict[int, float], depth: int = 5, topk
     sliders = dict(
         depth=W.IntSlider(value=depth, min=1, max=8, description="d (depth)"),
         topk=W.IntSlider(value=topk, min=1, max=8, description="k (candidates)"),
-        draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c (draft level)"),
+        draft_cost=W.FloatSlider(value=draft_cost, min=0.0, max=0.5, step=0.01, description="c_d (per level)"),
         nodes=W.IntSlider(value=nodes, min=1, max=60, description="n (nodes sent)"),
     )
 
@@ -249,7 +249,7 @@ def message_size_explorer(accepted: int = 4, nodes: int = 16, tli: int = 0, kv_w
     from ..views.moa_messages import message_size_figure
 
     sliders = dict(
-        accepted=W.IntSlider(value=accepted, min=1, max=16, description="τ (accepted)"),
+        accepted=W.IntSlider(value=accepted, min=1, max=16, description="τ (tokens/cycle)"),
         nodes=W.IntSlider(value=nodes, min=1, max=60, description="n (tree nodes)"),
         tli=W.IntSlider(value=tli, min=0, max=8, description="TLI"),
         kv_width=W.IntSlider(value=kv_width, min=16, max=2048, step=16, description="E_kv"),
