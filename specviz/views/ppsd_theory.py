@@ -46,9 +46,7 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
     virtual-clock points are open markers labelled clock=virtual."""
     alphas = _alphas()
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("PPSD: S_PPSD = L / (aℓ + (1 − a)·⌈L/ℓ⌉·ℓ)  (Eq. 6)",
-                                        f"EESD, γ = {gamma}: S_EESD = (1 − a^(γ+1))·L / ((1 − a)(γℓ + L))"
-                                        "  (Eq. 4)"))
+                        subplot_titles=("PPSD: S_PPSD (Eq. 6)", f"EESD, γ = {gamma}: S_EESD (Eq. 4)"))
     for e in exits:
         colour, stages = exit_colour(e, exits), math.ceil(n_layers / e)
         for col, curve in ((1, lambda a: ppsd_speedup(a, e, n_layers)),
@@ -75,12 +73,11 @@ def speedup_surface_figure(n_layers: int = 30, gamma: int = 5, measured: Sequenc
                            f"{theory:.2f}×<extra></extra>")), row=1, col=col)
     for col in (1, 2):
         fig.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", row=1, col=col)
-        fig.update_xaxes(title_text="a: per-token acceptance probability (measured: per-position acceptance)",
-                         range=[0, 1], row=1, col=col)
-    fig.update_yaxes(title_text="speedup over autoregressive", rangemode="tozero", row=1, col=1)
-    fig.update_layout(title=f"Speedup against per-token acceptance a for each exit layer ℓ (L = {n_layers} layers;"
+        fig.update_xaxes(title_text="a (measured: per-position acceptance)", range=[0, 1], row=1, col=col)
+    fig.update_yaxes(title_text="speedup S over ar", rangemode="tozero", row=1, col=1)
+    fig.update_layout(title=f"Speedup against per-token acceptance a, one line per exit layer ℓ (L = {n_layers};"
                             " dotted: ar)",
-                      height=460, margin=dict(t=80, b=50), legend=dict(title="exit layer"))
+                      height=520, margin=dict(t=80, b=50), legend=dict(title="exit layer"))
     return fig
 
 
@@ -96,18 +93,19 @@ def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
     """The gain S_PPSD ÷ S_EESD of Eq. 7 over a × ℓ (left) and, at a = 1, the formula against the paper's stated
     γ + L/ℓ (right): the plots draw the formula, and the note says why the two differ."""
     alphas, exits, grid = gain_grid(n_layers, gamma)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.1,
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.2,
                         subplot_titles=(f"S_PPSD ÷ S_EESD, Eq. 7 (γ = {gamma}, L = {n_layers})",
-                                        "at a = 1: the formula vs the paper's claim"))
+                                        "at a = 1: formula vs claim"))
     fig.add_trace(go.Heatmap(x=alphas, y=exits, z=grid, colorscale="Viridis",
-                             colorbar=dict(title="gain", x=0.62, thickness=14),
+                             colorbar=dict(title="gain", x=0.5, thickness=12, len=0.8, y=0.5),
                              hovertemplate="a %{x:.2f} · ℓ = %{y} → gain %{z:.2f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=exits, y=[ppsd_gain(1.0, gamma, e, n_layers) for e in exits], mode="lines+markers",
                              name="Eq. 7 at a = 1 = (γ + L/ℓ)/(γ + 1)", line=dict(color="#2e7d32")), row=1, col=2)
     fig.add_trace(go.Scatter(x=exits, y=[gamma + n_layers / e for e in exits], mode="lines",
                              name="the paper's claim γ + L/ℓ", line=dict(color="#c62828", dash="dash")), row=1, col=2)
     example = SHIPPED_EXITS[-1] if SHIPPED_EXITS[-1] < n_layers else exits[len(exits) // 2]
-    note = (f"{ALPHA_NOTE} E.g. ℓ = {example}: the gain at a = 1 is {ppsd_gain(1.0, gamma, example, n_layers):.2f}, "
+    note = (f"At a = 1, Eq. 7 gives (γ + L/ℓ)/(γ + 1), not the paper's stated γ + L/ℓ; plotted is the formula.<br>"
+            f"E.g. ℓ = {example}: the gain at a = 1 is {ppsd_gain(1.0, gamma, example, n_layers):.2f}, "
             f"the claim says {gamma + n_layers / example:.2f}.")
     fig.update_xaxes(title_text="a: per-token acceptance probability", row=1, col=1)
     fig.update_yaxes(title_text="exit layer ℓ", row=1, col=1)
@@ -116,8 +114,8 @@ def gain_heatmap_figure(n_layers: int = 30, gamma: int = 5) -> go.Figure:
     lowest = min(min(row) for row in grid)
     fig.update_layout(title=f"PPSD's gain over EESD at the same exit, S_PPSD ÷ S_EESD (smallest here: {lowest:.2f})"
                             f"<br><sup>{note}</sup>",
-                      height=480, margin=dict(t=100, b=90), legend=dict(orientation="h", x=0.7, y=-0.15,
-                                                                        yanchor="top"))
+                      height=540, margin=dict(t=150, b=110), legend=dict(orientation="h", x=0.0, y=-0.18,
+                                                                         yanchor="top"))
     return fig
 
 
