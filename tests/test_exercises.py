@@ -84,6 +84,31 @@ def test_the_diagnosis_names_the_term_whose_ideal_gains_most(capsys):
     assert costly_draft.costliest_term() == "drafting"
 
 
+def test_the_diagnosis_shows_a_runs_terms_without_naming_the_answer():
+    from specviz.exercises import round_terms_markdown
+    from specviz.experiments.scoreboard import TERMS
+    board = _board()
+    shown = round_terms_markdown(board)
+    assert "R = 1.80" in shown and "V = 1.10" in shown and "D = 0.60" in shown and "O = 0.10" in shown
+    assert "τ = 5.00" in shown and "τ = 1.50" in shown  # every draft accepted: 1 + 4 drafts
+    assert not any(term in shown for term in TERMS), "the terms' names and their counterfactuals are the answer"
+    assert f"{board.counterfactuals()['acceptance']:.2f}" not in shown
+    with pytest.raises(ValueError, match="no round terms"):
+        round_terms_markdown(_board(terms_measured=False))
+
+
+def test_the_scoreboard_shows_a_recorded_row_apart_under_its_own_rule():
+    from specviz.experiments.scoreboard import Recorded
+    from specviz.views.scoreboard import scoreboard_markdown
+    recorded = Recorded(run="bf16/x", label="sps", speedup=0.93, tau=1.75, machine="Some CPU",
+                        setup="6 prompts × 128 tokens, bfloat16, 2 threads")
+    shown = scoreboard_markdown(_board(recorded=recorded))
+    table = [line for line in shown.splitlines() if line.startswith("|")]
+    assert len(table) == 4 and not any("0.93" in line or "recorded" in line for line in table)
+    apart = shown.splitlines()[-1]
+    assert "0.93×" in apart and "Some CPU" in apart and "2 threads" in apart and "not comparable" in apart
+
+
 def test_an_engine_change_is_checked_by_the_engines_own_tests(capsys):
     """A broken residual fails tests/test_units.py::test_residual_distribution; the engine's own passes."""
     from specviz.exercises import engine_change

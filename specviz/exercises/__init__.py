@@ -7,9 +7,9 @@ notebook's checkers, so its expected values come from the run the reader just ma
 """
 
 from .checks import UNANSWERED, check_choice, check_number, check_passes
-from .diagnosis import diagnose_speedup
+from .diagnosis import diagnose_speedup, round_terms_markdown
 from .engine_change import ENGINE_EXERCISES, EngineExercise, check_engine_change
 from .predictions import predict, reveal
 
-__all__ = ["UNANSWERED", "check_choice", "check_number", "check_passes", "diagnose_speedup", "ENGINE_EXERCISES",
+__all__ = ["UNANSWERED", "check_choice", "check_number", "check_passes", "diagnose_speedup", "round_terms_markdown", "ENGINE_EXERCISES",
            "EngineExercise", "check_engine_change", "predict", "reveal"]

@@ -12,8 +12,9 @@ the target waited for, O everything else (bookkeeping, transfers, idle lanes). E
 gives the speedup with one term at its ideal and the others as measured. The term whose ideal gains the
 most is the one that cost the speedup; the notebooks' diagnosis exercise asks the reader to name it.
 
-The recorded figure beside it comes from a ``specviz bench`` run stored under data/bench/, so the reader
-sees one prompt against many.
+The recorded figure below it comes from a ``specviz bench`` run stored under data/bench/, under that run's
+own rule (its threads, dtype, prompts and machine, all named): it is shown apart and never compared with the
+measured rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from engines.engine import RunResult
 from ..bench.recorded_runs import load_results, run_path
 
 THREADS_PER_PROCESS = 1
-THREAD_RULE = ("Thread rule (every timing in notebooks 00–09): one thread per model process. `ar` runs on one "
+THREAD_RULE = ("Thread rule (every timing measured in notebooks 00–09): one thread per model process. `ar` runs on one "
                "core; a method with lanes runs one core per lane, and its scoreboard says how many lanes it used.")
 RECORDED_RUN = "bf16/xeon-one-core-after"  # every method, 6 prompts × 128 tokens, bf16
 DRAFT_STAGES = ("draft", "wait")  # on the target lane: drafting, or idle until a draft lane delivers
