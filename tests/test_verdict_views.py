@@ -382,6 +382,21 @@ def test_mirror_law_figure_marks_the_zero_slope_region():
     assert not [s for s in none.layout.shapes if s.type == "rect"] and "never fits" in none.layout.title.text
 
 
+def test_mirror_law_figure_sets_each_gamma_against_its_own_runs_suffix():
+    gen = {3: 0.0186, 5: 0.0496, 7: 0.0873}
+    suffix = {3: 0.0180, 5: 0.0214, 7: 0.0239}  # γ = 3's rollout is under γ = 5's suffix, not under its own
+    fig = mirror_sd.mirror_law_figure(0.020, suffix, 0.002, gen)
+    assert not [s for s in fig.layout.shapes if s.type == "rect"] and "at no γ measured" in fig.layout.title.text
+    budget = next(t for t in fig.data if t.name.startswith("Δ"))
+    assert list(budget.y) == pytest.approx([18.0, 21.4, 23.9])
+    step = next(t for t in fig.data if t.name == "Mirror step")
+    assert list(step.y) == pytest.approx([40.6, 71.6, 109.3])
+    fits = mirror_sd.mirror_law_figure(0.020, {**suffix, 3: 0.0190}, 0.002, gen)
+    assert "at γ = 3" in fits.layout.title.text and len([s for s in fits.layout.shapes if s.type == "rect"]) == 1
+    with pytest.raises(ValueError, match="cover the γ"):
+        mirror_sd.mirror_law_figure(0.020, {5: 0.02}, 0.002, gen)
+
+
 # --- SSD: cache table, k histogram, miss vs fan-out, SAGUARO trade-off, fan-out ------------------------
 def test_cache_table_colours_hits_and_boxes_the_verdict(runs):
     events = runs[SSD]

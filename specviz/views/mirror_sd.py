@@ -162,32 +162,47 @@ def fallback_heatmap(points: Sequence[dict]) -> go.Figure:
     return fig
 
 
-def mirror_law_figure(t_prefix: float, t_suffix: float, t_rv: float, draft_gen_by_gamma: dict[int, float]) -> go.Figure:
+def mirror_law_figure(t_prefix: float, t_suffix: float | dict[int, float], t_rv: float,
+                      draft_gen_by_gamma: dict[int, float]) -> go.Figure:
     """The overlap budget Δ = T^{ℓ+1:L} (the target's suffix) against the draft's
     generation time T_gen(γ), with the Mirror step T^{1:ℓ} + T_rv + max(Δ, T_gen) and vanilla SD's
     T_target + T_gen beside them. Where T_gen ≤ Δ the Mirror step is flat in γ (zero slope, shaded): a longer
-    window is free until the draft no longer fits under the suffix. Times in seconds, drawn in ms."""
+    window is free until the draft no longer fits under the suffix. Times in seconds, drawn in ms.
+    ``t_suffix``: one Δ for every γ (the law's model), or Δ by γ where each γ was measured in a run of its own;
+    each γ's rollout is then set against its own run's suffix."""
     gammas = sorted(draft_gen_by_gamma)
     gen = [draft_gen_by_gamma[g] for g in gammas]
-    mirror = [mirror_step_time(t_prefix, t_suffix, t, t_rv) for t in gen]
-    sd = [t_prefix + t_suffix + t for t in gen]
+    per_gamma = isinstance(t_suffix, dict)
+    if per_gamma and set(t_suffix) != set(gammas):
+        raise ValueError(f"t_suffix by γ must cover the γ of draft_gen_by_gamma: {sorted(t_suffix)} vs {gammas}")
+    suffix = [t_suffix[g] for g in gammas] if per_gamma else [t_suffix] * len(gammas)
+    mirror = [mirror_step_time(t_prefix, d, t, t_rv) for d, t in zip(suffix, gen)]
+    sd = [t_prefix + d + t for d, t in zip(suffix, gen)]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=gammas, y=[1e3 * t for t in gen], mode="lines+markers", name="T_gen(γ): draft rollout",
                              line=dict(color="#2e7d32")))
-    fig.add_trace(go.Scatter(x=gammas, y=[1e3 * t_suffix] * len(gammas), mode="lines",
-                             name="Δ = T^{ℓ+1:L} (overlap budget)", line=dict(color="#37474f", dash="dash")))
+    fig.add_trace(go.Scatter(x=gammas, y=[1e3 * d for d in suffix], mode="lines+markers" if per_gamma else "lines",
+                             name="Δ = T^{ℓ+1:L} (overlap budget)" + (", measured per γ" if per_gamma else ""),
+                             line=dict(color="#37474f", dash="dash")))
     fig.add_trace(go.Scatter(x=gammas, y=[1e3 * t for t in mirror], mode="lines+markers", name="Mirror step",
                              line=dict(color="#6a1b9a")))
     fig.add_trace(go.Scatter(x=gammas, y=[1e3 * t for t in sd], mode="lines+markers", name="vanilla SD step",
                              line=dict(color="#9e9e9e", dash="dot")))
-    flat = [g for g, t in zip(gammas, gen) if t <= t_suffix]
-    if flat:
-        fig.add_vrect(x0=min(flat) - 0.5, x1=max(flat) + 0.5, fillcolor=HIT_GREEN, opacity=0.1, line_width=0,
-                      name="zero slope", annotation_text="T_gen ≤ Δ: zero slope", annotation_position="top left")
-        note = f"the draft fits under the suffix for γ ≤ {max(flat)}"
+    flat = [g for g, d, t in zip(gammas, suffix, gen) if t <= d]
+    for g in flat if per_gamma else ([min(flat)] if flat else []):
+        x0, x1 = (g - 0.5, g + 0.5) if per_gamma else (min(flat) - 0.5, max(flat) + 0.5)
+        fig.add_vrect(x0=x0, x1=x1, fillcolor=HIT_GREEN, opacity=0.1, line_width=0, name="zero slope",
+                      annotation_text="T_gen ≤ Δ: zero slope" if g == flat[0] else None,
+                      annotation_position="top left")
+    if per_gamma:
+        note = (f"the draft fits under its run's suffix at γ = {', '.join(map(str, flat))}" if flat else
+                "the draft fits under its run's suffix at no γ measured")
+        heading = "Overlap budget Δ (each γ's own run) vs draft time"
     else:
-        note = "the draft never fits under the suffix: every γ costs"
-    fig.update_layout(title=dict(text=f"Overlap budget Δ = {1e3 * t_suffix:.1f} ms vs draft time<br><sup>{note}</sup>"),
+        note = f"the draft fits under the suffix for γ ≤ {max(flat)}" if flat else \
+            "the draft never fits under the suffix: every γ costs"
+        heading = f"Overlap budget Δ = {1e3 * t_suffix:.1f} ms vs draft time"
+    fig.update_layout(title=dict(text=f"{heading}<br><sup>{note}</sup>"),
                       xaxis=dict(title="γ (window)", dtick=1), yaxis=dict(title="ms", rangemode="tozero"),
-                      height=380, margin=dict(t=70, b=40))
+                      height=400, margin=dict(t=70, b=40))
     return fig
