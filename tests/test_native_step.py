@@ -194,3 +194,38 @@ def test_without_a_compiler_the_engine_runs_pytorchs_path_and_says_so_once(tmp_p
     assert len(engine.run([1, 2, 3], "ar", max_new_tokens=3).token_ids) == 3
     (line,) = [r.getMessage() for r in caplog.records if r.name == native_step.__name__]
     assert line.startswith("specviz: no C compiler found") and "PyTorch's path instead" in line
+
+
+def test_grouped_attention_over_many_key_blocks_computes_the_hugging_face_attention():
+    """Attention's vector path (head_dim a multiple of the vector) groups the queries of one kv head and widens
+    keys block by block: a chunk of 48 rows after 400 cached tokens crosses several key blocks and groups, on
+    two threads, and must still be the Hugging Face layer's math (this caught a missing barrier after attention,
+    which one-row steps computed with the same race could not), and each row the bits of one-row steps."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(7)
+    config = LlamaConfig(vocab_size=96, hidden_size=512, intermediate_size=192, num_hidden_layers=2,
+                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    model.config._attn_implementation = "sdpa"
+    stack = Engine(model).target
+    prefix, chunk = [(5 * i + 1) % 96 for i in range(400)], [(3 * i + 2) % 96 for i in range(48)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 2))
+    try:
+        with torch.inference_mode():
+            results = {}
+            for native in (True, False):
+                stack.use_native(native)
+                cache = stack.new_cache(512)
+                stack.forward(prefix, cache)
+                results[native] = stack.forward(chunk, cache)
+            stack.use_native(True)
+            cache = stack.new_cache(512)
+            stack.forward(prefix, cache)
+            stepped = torch.cat([stack.forward([token], cache) for token in chunk])
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.allclose(results[True], results[False], atol=1e-4, rtol=1e-4)
+    assert torch.equal(results[True], stepped)

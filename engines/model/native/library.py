@@ -35,6 +35,9 @@ from engines.storage import discard_damaged, staged_file, write_text_atomic
 
 ISA_VARIABLE = "SPECVIZ_NATIVE_ISA"
 ISAS = ("native", "avx2")
+# extra compiler flags for experiments (e.g. -DSPECVIZ_STAGE_CLOCK, -DRM=8 -DRN=2): part of the build key, so each
+# set of flags is its own cached build (scripts/stage_clock.py)
+CFLAGS_VARIABLE = "SPECVIZ_NATIVE_CFLAGS"
 _X86 = ("x86_64", "amd64")
 _ARM = ("aarch64", "arm64")
 # what -march=x86-64-v3 lets the compiler use (and the CPU must have: a build using them elsewhere dies of SIGILL)
@@ -113,8 +116,8 @@ def compiler_version(cc: str) -> str:
 
 
 def flags(isa_name: str | None = None) -> list[str]:
-    """Optimised for this CPU (or for x86-64-v3 with ``isa_name="avx2"``), without OpenMP's flag (added per
-    attempt by the build)."""
+    """Optimised for this CPU (or for x86-64-v3 with ``isa_name="avx2"``), then ``SPECVIZ_NATIVE_CFLAGS``'s,
+    without OpenMP's flag (added per attempt by the build)."""
     isa_name = isa_name or isa()
     base = ["-O3", "-shared", "-fPIC", "-ffp-contract=fast"]
     machine = platform.machine().lower()
@@ -124,7 +127,7 @@ def flags(isa_name: str | None = None) -> list[str]:
         base.append("-mcpu=native")
     if sys.platform == "darwin":
         base += ["-undefined", "dynamic_lookup"]
-    return base
+    return base + os.environ.get(CFLAGS_VARIABLE, "").split()
 
 
 def _digest(source: str, cc: str, build_flags: list[str]) -> str:

@@ -584,7 +584,7 @@ typedef struct {
     Input attended;  /* [M, Kp(q)] */
     Input act;       /* [M, Kp(inter)] */
     float *rope;     /* [M, head_dim]: cos then sin of each row's position */
-    float *scores;   /* [threads, capacity] */
+    float *attention; /* [threads, KEY_BLOCK·head_dim + GROUP_QUERIES·(capacity + head_dim)]: Scratch */
 } Work;
 
 static float *carve(float **at, int64_t n) {
@@ -598,6 +598,12 @@ static void carve_input(float **at, Input *in, int64_t M, int64_t K) {
     in->ld = M;
     in->f = carve(at, M * in->Kp);
     in->h = (uint16_t *)carve(at, (M * in->Kp + 1) / 2);
+}
+
+#define KEY_BLOCK 64
+#define GROUP_QUERIES 16 /* queries in one attention task at most */
+static inline int64_t attention_floats(const Shape *s) {
+    return KEY_BLOCK * s->head_dim + GROUP_QUERIES * (s->capacity + s->head_dim);
 }
 
 /* The work space's parts, carved from base; returns the floats used. */
@@ -616,7 +622,7 @@ static int64_t layout(const Shape *s, int64_t M, int threads, float *base, Work 
     carve_input(&at, &w->attended, M, q);
     carve_input(&at, &w->act, M, s->inter);
     w->rope = carve(&at, M * s->head_dim);
-    w->scores = carve(&at, (int64_t)threads * s->capacity);
+    w->attention = carve(&at, (int64_t)threads * attention_floats(s));
     return at - base;
 }
 
@@ -700,65 +706,164 @@ static void meet(Barrier *b, int team, int *sense) {
     }
 }
 
-/* One query row q against the keys [0, end) of one kv head (cache rows from base) that it may see (seen: NULL
- * for all of them): out[hd] = softmax(q·k · scaling) · v. Keys in cache order, each score's sum in one fixed
- * order, the values summed in key order: the same bits whatever else shares the call. HV, the head's vectors,
- * is a constant where it can be (64 or 128 lanes of head), so q and the output stay in registers. */
+/* An opt-in clock of the stages (build with -DSPECVIZ_STAGE_CLOCK, e.g. SPECVIZ_NATIVE_CFLAGS=-DSPECVIZ_STAGE_CLOCK;
+ * scripts/stage_clock.py reads it): per stage, the seconds thread 0 waited for the team at its end, and the
+ * wall time from stage start to the meeting. Costs nothing in a normal build. */
+#ifdef SPECVIZ_STAGE_CLOCK
+static double stage_wall[8], stage_wait[8];
+static inline double clock_now(void) {
+#ifdef _OPENMP
+    return omp_get_wtime();
+#else
+    return 0.0;
+#endif
+}
+#define CLOCK_START(thread) double clock_at = (thread) == 0 ? clock_now() : 0.0
+#define CLOCK_MEET(thread, stage, barrier, team, sense)                                                              \
+    do {                                                                                                             \
+        double arrived = (thread) == 0 ? clock_now() : 0.0;                                                          \
+        meet(barrier, team, sense);                                                                                  \
+        if ((thread) == 0) {                                                                                         \
+            double left = clock_now();                                                                               \
+            stage_wait[stage] += left - arrived;                                                                     \
+            stage_wall[stage] += left - clock_at;                                                                    \
+            clock_at = left;                                                                                         \
+        }                                                                                                            \
+    } while (0)
+int specviz_stage_clock(double *out, int reset) {
+    for (int i = 0; i < 8; i++) {
+        out[i] = stage_wall[i];
+        out[8 + i] = stage_wait[i];
+        if (reset) stage_wall[i] = stage_wait[i] = 0.0;
+    }
+    return 1;
+}
+#else
+#define CLOCK_START(thread) (void)0
+#define CLOCK_MEET(thread, stage, barrier, team, sense) meet(barrier, team, sense)
+int specviz_stage_clock(double *out, int reset) {
+    (void)out;
+    (void)reset;
+    return 0;
+}
+#endif
+
+/* Attention for a group of queries that share one kv head (a GQA group's heads, over neighbouring rows): each
+ * query q against the keys [0, end) of the kv head (cache rows from base) that it may see (seen: NULL for all
+ * of them), out[hd] = softmax(q·k · scaling) · v. Why grouped: with bf16 keys and values, widening them to fp32
+ * took most of attention's instructions, once per query; here a block of KEY_BLOCK keys (then values) is widened
+ * once into the thread's scratch and read from L1 by every query of the group, so a verification of 16 rows
+ * widens each key 3 to 8 times less often. Each query's arithmetic is exactly the one-query loop's: keys in
+ * cache order, VL-key groups from key 0 (KEY_BLOCK is a multiple of VL, so a block never splits a group), each
+ * score's sum in one fixed order, the values summed in key order with the same fused multiply-adds, from the
+ * same fp32 values (widening is exact): the same bits whatever else shares the call or the task. HV, the head's
+ * vectors, is a constant where it can be (64 or 128 lanes of head), so q and the output stay in registers. */
+typedef struct {
+    const float *q[GROUP_QUERIES];
+    const uint8_t *seen[GROUP_QUERIES];
+    int64_t end[GROUP_QUERIES];
+    int count;
+} Queries;
+
+typedef struct { /* one thread's attention scratch */
+    float *block;  /* [KEY_BLOCK, head_dim]: keys or values widened to fp32 */
+    float *scores; /* [GROUP_QUERIES, capacity] */
+    float *out;    /* [GROUP_QUERIES, head_dim] */
+} Scratch;
+
+/* rows [j0, j0 + n) of one cache head as fp32: the cache itself (fp32) or the block widened into scratch (bf16) */
+static inline const float *cache_rows(const int HV, const int bf16, const void *cache, int64_t at, int64_t n,
+                                      float *block) {
+    if (!bf16) return (const float *)cache + at;
+    const uint16_t *h = (const uint16_t *)cache + at;
+    for (int64_t r = 0; r < n; r++)
+UNROLL
+        for (int i = 0; i < HV; i++) store_f32(block + r * HV * VL + i * VL, load_bf16(h + r * HV * VL + i * VL));
+    return block;
+}
+
 static inline __attribute__((always_inline)) void attend_vectors(const int HV, const int bf16, const Shape *s,
-                                                                 const Layer *ly, const float *q, int64_t base,
-                                                                 int64_t end, const uint8_t *seen, float *scores,
-                                                                 float *out) {
-    const int64_t hd = s->head_dim;
-    vf qv[16], o[16];
+                                                                 const void *keys, const void *values,
+                                                                 const Queries *g, int64_t base, Scratch *x) {
+    const int64_t hd = s->head_dim, capacity = s->capacity;
+    int64_t longest = 0;
+    float best[GROUP_QUERIES];
+    for (int qi = 0; qi < g->count; qi++) {
+        longest = g->end[qi] > longest ? g->end[qi] : longest;
+        best[qi] = -INFINITY;
+    }
+    for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
+        const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
+        const float *kb = cache_rows(HV, bf16, keys, (base + j0) * hd, n, x->block) - j0 * hd;
+        for (int qi = 0; qi < g->count; qi++) {
+            const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
+            const uint8_t *seen = g->seen[qi];
+            float *scores = x->scores + qi * capacity, top = best[qi];
+            vf qv[16];
 UNROLL
-    for (int i = 0; i < HV; i++) qv[i] = load_f32(q + i * VL);
-    float best = -INFINITY;
-    int64_t j = 0;
-    for (; j + VL <= end; j += VL) { /* VL keys at a time, seen or not; only the seen ones count */
-        vf acc[VL];
+            for (int i = 0; i < HV; i++) qv[i] = load_f32(g->q[qi] + i * VL);
+            int64_t j = j0;
+            for (; j + VL <= end; j += VL) { /* VL keys at a time, seen or not; only the seen ones count */
+                vf acc[VL];
 UNROLL
-        for (int t = 0; t < VL; t++) {
-            int64_t at = (base + j + t) * hd;
-            vf a = {0};
+                for (int t = 0; t < VL; t++) {
+                    const float *k = kb + (j + t) * hd;
+                    vf a = {0};
 UNROLL
-            for (int i = 0; i < HV; i++)
-                a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
-                                   : load_f32((const float *)ly->keys + at + i * VL));
-            acc[t] = a;
+                    for (int i = 0; i < HV; i++) a += qv[i] * load_f32(k + i * VL);
+                    acc[t] = a;
+                }
+                store_f32(scores + j, reduce_each(acc) * splat(s->scaling));
+                for (int t = 0; t < VL; t++)
+                    if (!seen || seen[j + t]) top = scores[j + t] > top ? scores[j + t] : top;
+            }
+            for (; j < end; j++) {
+                if (seen && !seen[j]) continue;
+                const float *k = kb + j * hd;
+                vf a = {0};
+UNROLL
+                for (int i = 0; i < HV; i++) a += qv[i] * load_f32(k + i * VL);
+                float score = reduce(a) * s->scaling;
+                scores[j] = score;
+                top = score > top ? score : top;
+            }
+            best[qi] = top;
         }
-        store_f32(scores + j, reduce_each(acc) * splat(s->scaling));
-        for (int t = 0; t < VL; t++)
-            if (!seen || seen[j + t]) best = scores[j + t] > best ? scores[j + t] : best;
     }
-    for (; j < end; j++) {
-        if (seen && !seen[j]) continue;
-        int64_t at = (base + j) * hd;
-        vf a = {0};
-UNROLL
-        for (int i = 0; i < HV; i++)
-            a += qv[i] * (bf16 ? load_bf16((const uint16_t *)ly->keys + at + i * VL)
-                               : load_f32((const float *)ly->keys + at + i * VL));
-        float score = reduce(a) * s->scaling;
-        scores[j] = score;
-        best = score > best ? score : best;
+    float total[GROUP_QUERIES];
+    for (int qi = 0; qi < g->count; qi++) {
+        exp_shifted(x->scores + qi * capacity, g->end[qi], best[qi]); /* unseen entries hold stale values */
+        total[qi] = 0.0f;
     }
-    exp_shifted(scores, end, best); /* unseen entries hold stale values: never read below */
-    float total = 0.0f;
+    for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
+        const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
+        const float *vb = cache_rows(HV, bf16, values, (base + j0) * hd, n, x->block) - j0 * hd;
+        for (int qi = 0; qi < g->count; qi++) {
+            const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
+            const uint8_t *seen = g->seen[qi];
+            const float *scores = x->scores + qi * capacity;
+            float *out = x->out + qi * hd, sum = total[qi];
+            vf o[16];
 UNROLL
-    for (int i = 0; i < HV; i++) o[i] = (vf){0};
-    for (int64_t j = 0; j < end; j++) {
-        if (seen && !seen[j]) continue;
-        float p = scores[j];
-        total += p;
-        vf pv = splat(p);
-        int64_t at = (base + j) * hd;
+            for (int i = 0; i < HV; i++) o[i] = j0 ? load_f32(out + i * VL) : (vf){0};
+            for (int64_t j = j0; j < end; j++) {
+                if (seen && !seen[j]) continue;
+                float p = scores[j];
+                sum += p;
+                vf pv = splat(p);
 UNROLL
-        for (int i = 0; i < HV; i++)
-            o[i] += pv * (bf16 ? load_bf16((const uint16_t *)ly->values + at + i * VL)
-                               : load_f32((const float *)ly->values + at + i * VL));
+                for (int i = 0; i < HV; i++) o[i] += pv * load_f32(vb + j * hd + i * VL);
+            }
+UNROLL
+            for (int i = 0; i < HV; i++) store_f32(out + i * VL, o[i]);
+            total[qi] = sum;
+        }
     }
+    for (int qi = 0; qi < g->count; qi++) {
+        float *out = x->out + qi * hd;
 UNROLL
-    for (int i = 0; i < HV; i++) store_f32(out + i * VL, o[i] / splat(total));
+        for (int i = 0; i < HV; i++) store_f32(out + i * VL, load_f32(out + i * VL) / splat(total[qi]));
+    }
 }
 
 /* The same for any head_dim: scalar where it is not a multiple of the vector. */
@@ -789,22 +894,30 @@ static void attend_any(const Shape *s, const Layer *ly, const float *q, int64_t 
     for (int64_t i = 0; i < hd; i++) out[i] /= total;
 }
 
-static void attend(const Shape *s, const Layer *ly, const float *q, int64_t base, int64_t end, const uint8_t *seen,
-                   float *scores, float *out) {
+static void attend(const Shape *s, const Layer *ly, const Queries *g, int64_t base, Scratch *x) {
     const int bf16 = s->bf16;
     switch (s->head_dim % VL ? 0 : s->head_dim / VL) {
 #define ATTEND(HV)                                                                                                   \
     case HV:                                                                                                         \
-        if (bf16) attend_vectors(HV, 1, s, ly, q, base, end, seen, scores, out);                                     \
-        else attend_vectors(HV, 0, s, ly, q, base, end, seen, scores, out);                                          \
+        if (bf16) attend_vectors(HV, 1, s, ly->keys, ly->values, g, base, x);                                        \
+        else attend_vectors(HV, 0, s, ly->keys, ly->values, g, base, x);                                             \
         break;
         ATTEND(2)
         ATTEND(4)
         ATTEND(8)
         ATTEND(16)
 #undef ATTEND
-    default: attend_any(s, ly, q, base, end, seen, scores, out);
+    default:
+        for (int qi = 0; qi < g->count; qi++)
+            attend_any(s, ly, g->q[qi], base, g->end[qi], g->seen[qi], x->scores, x->out + qi * s->head_dim);
     }
+}
+
+/* Queries per attention task: enough tasks for every thread to take several (a group shares its widened keys,
+ * more tasks balance the threads), at most GROUP_QUERIES. */
+static int64_t task_queries(const Shape *s, int64_t M, int threads) {
+    int64_t per = M * s->heads / (8 * (int64_t)threads);
+    return per < 1 ? 1 : per > GROUP_QUERIES ? GROUP_QUERIES : per;
 }
 
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
@@ -837,6 +950,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     clear_input(&w.attended, M);
     clear_input(&w.act, M);
     rope_table(w.rope, positions, M, hd, inv_freq, s->rope_scaling);
+    const int64_t queries_per_kv = M * groups, per_task = task_queries(s, M, threads);
+    const int64_t tasks_per_kv = (queries_per_kv + per_task - 1) / per_task, attention_tasks = s->kv_heads * tasks_per_kv;
     Barrier barrier = {0, 0};
     int64_t (*tickets)[5] = calloc((size_t)n_layers + 1, sizeof *tickets); /* each stage's next piece */
     if (!tickets) return SPECVIZ_NO_MEMORY;
@@ -847,7 +962,12 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         int thread, team;
         team_position(&thread, &team);
         int sense = 0;
+        CLOCK_START(thread);
         Input *mine = &w.mine[thread];
+        Scratch scratch;
+        scratch.block = w.attention + thread * attention_floats(s);
+        scratch.scores = scratch.block + KEY_BLOCK * hd;
+        scratch.out = scratch.scores + GROUP_QUERIES * s->capacity;
         const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread takes whole heads */
         for (int li = 0; li < n_layers; li++) {
             const Layer *ly = &layers[li];
@@ -867,17 +987,25 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                     }
                 }
             }
-            meet(&barrier, team, &sense);
-            /* B: attention, one (row, head) per task, keys in cache order, the unseen ones skipped */
-            for (int64_t task = take(&tickets[li][1]); task < M * s->heads; task = take(&tickets[li][1])) {
-                int64_t m = task / s->heads, h = task % s->heads;
-                float out[512];
-                attend(s, ly, w.qkv + m * qkv_size + h * hd, (h / groups) * s->capacity,
-                       allowed ? L : prefix + m + 1, allowed ? allowed + m * L : NULL,
-                       w.scores + (int64_t)thread * s->capacity, out);
-                input_set_row(&w.attended, bf16, m, h * hd, out, hd);
+            CLOCK_MEET(thread, 0, &barrier, team, &sense);
+            /* B: attention, one group of queries per task: neighbouring (row, head) pairs of one kv head */
+            for (int64_t task = take(&tickets[li][1]); task < attention_tasks; task = take(&tickets[li][1])) {
+                const int64_t kvh = task / tasks_per_kv, first = task % tasks_per_kv * per_task;
+                const int64_t last = first + per_task < queries_per_kv ? first + per_task : queries_per_kv;
+                Queries g;
+                g.count = (int)(last - first);
+                for (int64_t qi = first; qi < last; qi++) { /* query qi: row qi / groups, head kvh·groups + qi % groups */
+                    const int64_t m = qi / groups, h = kvh * groups + qi % groups;
+                    g.q[qi - first] = w.qkv + m * qkv_size + h * hd;
+                    g.end[qi - first] = allowed ? L : prefix + m + 1;
+                    g.seen[qi - first] = allowed ? allowed + m * L : NULL;
+                }
+                attend(s, ly, &g, kvh * s->capacity, &scratch);
+                for (int64_t qi = first; qi < last; qi++)
+                    input_set_row(&w.attended, bf16, qi / groups, (kvh * groups + qi % groups) * hd,
+                                  scratch.out + (qi - first) * hd, hd);
             }
-            meet(&barrier, team, &sense);
+            CLOCK_MEET(thread, 1, &barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns) */
             for (int64_t p = take(&tickets[li][2]); p * P < d; p = take(&tickets[li][2])) {
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
@@ -885,7 +1013,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
             }
-            meet(&barrier, team, &sense);
+            CLOCK_MEET(thread, 2, &barrier, team, &sense);
             /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
             for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = take(&tickets[li][3])) {
@@ -901,7 +1029,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                     input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }
             }
-            meet(&barrier, team, &sense);
+            CLOCK_MEET(thread, 3, &barrier, team, &sense);
             /* E: down projection, added to the residual, rounded to the model's dtype at the layer's end */
             for (int64_t p = take(&tickets[li][4]); p * P < d; p = take(&tickets[li][4])) {
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
@@ -912,7 +1040,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                         w.residual[m * d + n] = bf16 ? round_bf16(value) : value;
                     }
             }
-            meet(&barrier, team, &sense);
+            CLOCK_MEET(thread, 4, &barrier, team, &sense);
         }
     }
     free(tickets);
@@ -935,11 +1063,17 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     clear_input(&w.normed, M);
     rms_norm_rows(w.residual, M, s->d, norm, bf16, s->eps, &w.normed);
     int64_t next = 0;
+#ifdef SPECVIZ_STAGE_CLOCK
+    double started = clock_now();
+#endif
 #pragma omp parallel num_threads(threads)
     {
         for (int64_t p = take(&next); p * P < vocab; p = take(&next))
             product(head, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab, logits, vocab);
     }
+#ifdef SPECVIZ_STAGE_CLOCK
+    stage_wall[5] += clock_now() - started;
+#endif
     return SPECVIZ_OK;
 }
 
