@@ -7,16 +7,18 @@ from specviz.exercises import nb00_intro, predictions
 
 
 def _summary_table():
-    return pd.DataFrame({"τ": [1.0, 3.0, 1.66], "c": [None, 0.0, 0.9], "speedup": [1.0, 1.7, 0.45]},
-                        index=["ar", "pld, γ=10", nb00_intro.SELF_DRAFT_ROW])
+    return pd.DataFrame({"τ": [1.0, 3.0, 1.66], "a (per-position)": [None, 0.7, 0.42], "c": [None, 0.0, 0.9],
+                         "speedup": [1.0, 1.7, 0.45]}, index=["ar", "pld, γ=10", nb00_intro.SELF_DRAFT_ROW])
 
 
-def test_self_draft_speedup_is_checked_against_the_tables_tau_and_c(capsys):
+def test_self_draft_speedup_is_leviathans_model_at_the_tables_a_and_c_for_a_longer_draft(capsys):
     table = _summary_table()
     assert nb00_intro.self_draft_speedup(None, table) is None
-    assert nb00_intro.self_draft_speedup(1.66 / (3 * 0.9 + 1), table) is True
-    assert nb00_intro.self_draft_speedup(0.45 * 2, table) is False
-    assert "τ ÷" not in capsys.readouterr().out  # the hint points at the round, it does not give the formula
+    expected = (1 - 0.42 ** 6) / (1 - 0.42) / (5 * 0.9 + 1)  # γ = 5: the run the notebook makes after the question
+    assert nb00_intro.self_draft_speedup(expected, table) is True
+    assert nb00_intro.self_draft_speedup(1.66 / (3 * 0.9 + 1), table) is False  # γ = 3's round, already measured
+    assert nb00_intro.self_draft_speedup(0.45, table) is False  # the measured S at γ = 3
+    assert "1 − a" not in capsys.readouterr().out  # the hint points at section 2, it does not give the formula
     with pytest.raises(ValueError, match="summary_table"):
         nb00_intro.self_draft_speedup(1.0, table.drop(index=nb00_intro.SELF_DRAFT_ROW))
 

@@ -28,17 +28,19 @@ def _column(table, row: str, column: str) -> float:
     return float(table.loc[row, column])
 
 
-def self_draft_speedup(answer: float | None, summary_table, gamma: int = 3) -> bool | None:
-    """Exercise 1: the 26-layer self-draft's S from its measured τ and c, charged γ draft steps and one
-    verification per round."""
-    tau, cost = _column(summary_table, SELF_DRAFT_ROW, "τ"), _column(summary_table, SELF_DRAFT_ROW, "c")
-    expected = tau / (gamma * cost + 1)
+def self_draft_speedup(answer: float | None, summary_table, gamma: int = 5) -> bool | None:
+    """Exercise 1: the 26-layer self-draft's S at a longer draft (γ = 5, a run the notebook has not made yet) from
+    Leviathan's model at its measured per-position acceptance a and draft cost c: τ(a, γ) ÷ (γc + 1)."""
+    from ..theory import expected_speedup, expected_tokens_per_round
+
+    a, cost = _column(summary_table, SELF_DRAFT_ROW, "a (per-position)"), _column(summary_table, SELF_DRAFT_ROW, "c")
+    expected = expected_speedup(a, gamma, cost)
     return check_number(answer, expected, tolerance=0.03, relative=True,
-                        explanation=f"τ = {tau:.2f} tokens for a round of {gamma} draft steps at c = {cost:.2f} plus one "
-                                    f"verification step. Measured: "
-                                    f"{_column(summary_table, SELF_DRAFT_ROW, 'speedup'):.2f}×.",
-                        hint="Count what one round costs in ar steps (every draft step costs c of one) and what it "
-                             "commits (τ); S is tokens per ar step.")
+                        explanation=f"At a = {a:.2f} a round of γ = {gamma} drafts commits τ = "
+                                    f"{expected_tokens_per_round(a, gamma):.2f} tokens on average, and costs {gamma} draft "
+                                    f"steps at c = {cost:.2f} plus one verification step. The next cell measures it.",
+                        hint="Section 2 gives τ from a and γ, and what one round costs in ar steps (every draft "
+                             "step costs c of one); S is tokens per ar step.")
 
 
 def predict_pld_gamma(answer: int | None) -> None:
