@@ -387,3 +387,32 @@ def test_message_size_explorer_builds_and_reads_out():
     text = message_size_readout(accepted=4, nodes=16, tli=0, kv_width=192, hidden=576)
     assert "1,548 bytes" in text and "2,316 bytes" in text and "TLI = 1" in text  # 12 + 4·384 vs 12 + 4·576
     assert "bigger" in message_size_readout(accepted=4, nodes=16, tli=1, kv_width=192, hidden=576)
+
+
+# --- what the three attentions see (specviz.views.moa_attention) ------------------------------------------
+def test_attention_maps_recompute_each_attention_and_draft_what_the_drafter_drafts(engine):
+    from specviz.views.moa_attention import attention_figure, attention_maps
+
+    gamma = 3
+    maps = attention_maps(engine, PROMPT, drafter=moa_name(0), draft_tokens=gamma)
+    assert maps["max_error"] < 1e-4, "weights × values through each module's output must give the module's own output"
+    layers, n = engine.target.n_layers, len(PROMPT)
+    assert maps["lsa"].shape == (layers, layers) and torch.allclose(maps["lsa"].sum(1), torch.ones(layers))
+    sa = maps["sa"]
+    assert sa.shape == (n + 1 + gamma, n + 1 + gamma)
+    assert torch.isnan(sa[0, 1:]).all() and not torch.isnan(sa.tril()).any(), "SA is causal: NaN above the diagonal"
+    assert torch.allclose(torch.nan_to_num(sa).sum(1), torch.ones(len(sa)))
+    assert maps["ca"].shape == (gamma, 1 + n), "the root and the drafts read the null row and every verified token"
+    assert torch.allclose(maps["ca"].sum(1), torch.ones(gamma))
+    run = engine.run(PROMPT, "moa", tree=False, gamma=gamma, max_new_tokens=2 + gamma)
+    tree = next(e for e in run.events if e.kind == "draft_tree")
+    assert maps["root"] == run.token_ids[0]
+    assert maps["drafted"] == [node["token"] for node in tree.nodes], "the chain the drafter itself drafts"
+    fig = attention_figure(maps, lambda t: f"<{t}>")
+    assert [trace.type for trace in fig.data] == ["heatmap"] * 3
+    with pytest.raises(ValueError, match="draft_tokens"):
+        attention_maps(engine, PROMPT, drafter=moa_name(0), draft_tokens=0)
+    with pytest.raises(ValueError, match="with LSA"):
+        attention_maps(engine, PROMPT, drafter=moa_name(0, lsa=False))
+    with pytest.raises(ValueError, match="TLI = 0"):
+        attention_maps(engine, PROMPT, drafter=moa_name(1))
