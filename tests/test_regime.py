@@ -109,3 +109,13 @@ def test_terms_round_trip_through_json():
     again = MachineTerms.from_dict(terms.to_dict())
     assert again.methods[1] == terms.methods[1] and again.this_machine == terms.this_machine
     assert CLIENT_4G == Hardware.from_dict(CLIENT_4G.to_dict())
+
+
+def test_the_4g_client_is_notebook_08s_simulated_4g_link():
+    """One source of truth for 4G: the regime map's client and the MoA runs use the same link profile."""
+    from engines.network.link import PROFILES, transfer_seconds
+
+    profile = PROFILES["4g"]
+    assert CLIENT_4G.link_latency == pytest.approx(profile.base_delay_s + profile.jitter_mean_s)
+    assert CLIENT_4G.link_latency == transfer_seconds(profile, 0)
+    assert CLIENT_4G.link_bandwidth == pytest.approx(profile.bandwidth_bps / 8), "bytes/s, the link's bits/s ÷ 8"

@@ -22,7 +22,7 @@ Presets (editable: :func:`dataclasses.replace` any field); the sources are publi
 | phone | 50 GB/s | 1 TFLOP/s | 4 | 50 µs / 20 GB/s | 1.5 GB/s, 128 MB | 0.5 ms | UFS 3.1 flash, LPDDR5 |
 | GPU | 3.35 TB/s | 990 TFLOP/s | 1 | 5 µs / 300 GB/s | none | 1 ms | H100 SXM, eager launches |
 | two GPUs | 3.35 TB/s | 990 TFLOP/s | 2 | 5 µs / 300 GB/s | none | 1 ms | 2 × H100, NVLink |
-| client over 4G | client: laptop, server: GPU | | | 25 ms one way / 1.25 MB/s | | | 4G: 50 ms RTT, 10 Mbit/s up |
+| client over 4G | client: laptop, server: GPU | | | the `4g` link profile: 25.5 ms one way / 2.5 MB/s | | | engines/network/link.py (notebook 08's simulated 4G) |
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
+
+from engines.network.link import PROFILES, transfer_seconds
 
 GB = 1e9
 
@@ -143,7 +145,9 @@ PHONE = Hardware("phone (flash)", bandwidth=50 * GB, compute=1e12, lanes=4, link
 GPU = Hardware("GPU (H100)", bandwidth=3350 * GB, compute=990e12, lanes=1, link_latency=5e-6,
                link_bandwidth=300 * GB, step_overhead=1e-3)
 TWO_GPUS = replace(GPU, name="two GPUs (NVLink)", lanes=2)
-CLIENT_4G = replace(GPU, name="client over 4G", link_latency=25e-3, link_bandwidth=1.25e6, client=LAPTOP)
+# one source of truth for 4G: the link profile notebook 08 simulates (mean one-way delay, its bandwidth in bytes/s)
+CLIENT_4G = replace(GPU, name="client over 4G", link_latency=transfer_seconds(PROFILES["4g"], 0),
+                    link_bandwidth=PROFILES["4g"].bandwidth_bps / 8, client=LAPTOP)
 
 
 def presets(this_machine: Hardware) -> list[Hardware]:
