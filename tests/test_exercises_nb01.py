@@ -10,12 +10,14 @@ SWEEP = {"a": 0.5, "cost_ratio": 0.9, "ar_tokens_per_s": 40.0,
                     {"gamma": 4, "speedup": 0.4, "tau": 1.9}]}
 
 
-def test_tau_at_gamma_uses_the_sweeps_a(capsys):
+def test_tau_at_gamma_uses_the_sweeps_a_beyond_the_sweep(capsys):
     assert nb01_sampling.tau_at_gamma(None, SWEEP) is None
-    assert nb01_sampling.tau_at_gamma(expected_tokens_per_round(0.5, 4), SWEEP) is True
-    assert "1.90" in capsys.readouterr().out  # the measured τ at γ = 4 is shown once answered
+    assert nb01_sampling.tau_at_gamma(expected_tokens_per_round(0.5, 8), SWEEP) is True
+    assert nb01_sampling.tau_at_gamma(expected_tokens_per_round(0.5, 4), SWEEP) is False  # the table's γ = 4
     assert nb01_sampling.tau_at_gamma(1.9 * 1.2, SWEEP) is False
     assert "(1 −" not in capsys.readouterr().out  # the hint never writes the formula
+    with pytest.raises(ValueError, match="outside the sweep"):
+        nb01_sampling.tau_at_gamma(1.9, SWEEP, gamma=4)  # section 5's table prints the model's τ there
     with pytest.raises(ValueError, match="'a'"):
         nb01_sampling.tau_at_gamma(1.0, {"alpha": 0.5, "points": []})
 

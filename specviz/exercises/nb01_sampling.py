@@ -40,16 +40,18 @@ def reveal_best_gamma(sweep: dict) -> bool | None:
                               f"{sweep['cost_ratio']:.2f}. Every extra draft step costs c whether or not it is kept.")
 
 
-def tau_at_gamma(answer: float | None, sweep: dict, gamma: int = 4) -> bool | None:
-    """Exercise 3: τ at ``gamma`` in Leviathan's model at the sweep's measured a."""
+def tau_at_gamma(answer: float | None, sweep: dict, gamma: int = 8) -> bool | None:
+    """Exercise 3: τ at ``gamma`` in Leviathan's model at the sweep's measured a. ``gamma`` lies beyond the sweep:
+    section 5's table prints the model's τ at every swept γ, so a swept γ would put the answer on the page."""
     if "a" not in sweep:
         raise ValueError("sweep must be gamma_sweep's result (it carries the measured per-position acceptance 'a')")
+    swept = sorted(p["gamma"] for p in sweep["points"])
+    if gamma in swept:
+        raise ValueError(f"gamma must lie outside the sweep {swept}: its table already prints τ at {gamma}")
     a = sweep["a"]
     expected = expected_tokens_per_round(a, gamma)
-    measured = next((p["tau"] for p in sweep["points"] if p["gamma"] == gamma), None)
-    seen = f" The sweep measured τ = {measured:.2f} at γ = {gamma}." if measured is not None else ""
     return check_number(answer, expected, tolerance=0.01, relative=True,
                         explanation=f"At a = {a:.2f}, each position i ≤ {gamma} is reached and kept with probability "
-                                    f"a^i, and the target adds its own token.{seen}",
+                                    f"a^i, and the target adds its own token.",
                         hint="A round always commits the target's own token; the i-th draft adds a token only if "
                              "it and every draft before it were accepted. Add up those chances.")
