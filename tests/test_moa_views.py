@@ -267,7 +267,7 @@ def test_disconnection_points_from_runs_know_where_the_client_took_over(runs):
     fig = moa_bench_results.disconnection_curve({"moa-tli1": moa_bench_results.disconnection_points(connected.token_ids,
                                                                         {4: lossy.events, "inf": connected.token_ids})})
     bars = [t for t in fig.data if isinstance(t, go.Bar)]
-    assert list(bars[0].x) == ["B=4", "B=∞"] and list(bars[0].y) == [first, N_TOKENS]
+    assert list(bars[0].x) == ["after 4", "∞ (connected)"] and list(bars[0].y) == [first, N_TOKENS]
 
 
 def test_disconnection_results_json():
@@ -299,7 +299,7 @@ def test_short_labels():
     assert moa_bench_results.short_label("eagle(draft=eagle-matched, network=5g)") == "eagle-matched"
     assert moa_bench_results.short_label("eagle(draft=tiny,network=5g)") == "tiny"
     assert moa_bench_results.short_label("eagle") == "eagle" and moa_bench_results.short_label("moa") == "moa-tli0"
-    assert moa_bench_results.short_label("moa(network=local, disconnect_after=10)") == "moa-tli0 B=10"
+    assert moa_bench_results.short_label("moa(network=local, disconnect_after=10)") == "moa-tli0 disconnect_after=10"
     assert moa_bench_results.label_profile("moa(tli=1, network=4g)") == "4g" and moa_bench_results.label_profile("eagle") == "none"
 
 

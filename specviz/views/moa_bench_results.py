@@ -35,7 +35,7 @@ def short_label(label: str) -> str:
     else:
         base, extra = name, ""
     if "disconnect_after" in options:
-        extra += f" B={options['disconnect_after'].strip()}"
+        extra += f" disconnect_after={options['disconnect_after'].strip()}"
     return base + extra
 
 
@@ -142,8 +142,8 @@ def network_figure(results_by_profile: Mapping) -> go.Figure:
                           row=1, col=col)
     lossy = any("disconnect_after" in r["label"] for r in rows)
     fig.update_layout(title=dict(text="Client–server under simulated links" + (" — LOSSY rows" if lossy else "")
-                                      + "<br><sup>compute measured on this machine, link seconds simulated and "
-                                        "added (clock wall+link)</sup>"),
+                                      + "<br><sup>compute measured where the runs were made, link seconds simulated "
+                                        "and added (clock wall+link)</sup>"),
                       barmode="group", height=420, margin=dict(t=90, b=40),
                       legend=dict(orientation="h", x=0, y=-0.15))
     fig.update_xaxes(title_text="link profile")
@@ -212,7 +212,7 @@ def disconnection_curve(runs) -> go.Figure:
     for i, (label, points) in enumerate(series.items()):
         colour = drafter_colour(short_label(label), i) if label else drafter_colour("moa-tli0")
         label = short_label(label) if label else ""
-        x = [f"B={p['label']}" for p in points]
+        x = ["∞ (connected)" if p["label"] == "∞" else f"after {p['label']}" for p in points]
         kept = [p["first_divergence"] if p["first_divergence"] is not None else p["kept_after_switch"] for p in points]
         what = "tokens equal before the first difference" if points and points[0]["first_divergence"] is not None \
             else "tokens kept equal after the server left"
@@ -221,11 +221,11 @@ def disconnection_curve(runs) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=[p["equal_fraction"] for p in points], mode="lines+markers",
                                  name=f"{label} share of positions equal".strip(), line=dict(color=colour, dash="dot")),
                       secondary_y=True)
-    fig.update_layout(title=dict(text=f"Disconnection — {LOSSY}: the server leaves after B new tokens, the client "
-                                      "writes alone<br><sup>B = ∞ is the connected (lossless) run; equal to it = what "
-                                      "the target would have written</sup>"),
+    fig.update_layout(title=dict(text=f"Disconnection — {LOSSY}: the server leaves after disconnect_after new tokens, "
+                                      "the client writes alone<br><sup>∞ is the connected (lossless) run; equal to it "
+                                      "= what the target would have written</sup>"),
                       barmode="group", height=400, margin=dict(t=80, b=40), legend=dict(orientation="h", x=0, y=-0.15))
-    fig.update_xaxes(title_text="budget B (new tokens before the server leaves)")
+    fig.update_xaxes(title_text="disconnect_after (new tokens before the server leaves)")
     fig.update_yaxes(title_text="tokens", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="share of positions equal", range=[0, 1.05], tickformat=".0%", dtick=0.25,
                      showgrid=False, secondary_y=True)
