@@ -22,7 +22,7 @@ class EagleDrafter:
         self.head = head
         self.target = head.stack
         self.name = name
-        self.observe_layers = (self.target.n_layers,)
+        self.observe_layers = head.observe_layers  # the last layer (EAGLE), or three (EAGLE-3)
         self.cache: KVCache | None = None
         self.features: list[torch.Tensor] = []  # verified target features f_t not yet paired and fed
         self.synced = 0  # pairs (y_{t+1}, f_t) in the head's cache
@@ -32,8 +32,7 @@ class EagleDrafter:
         self.features, self.synced = [], 0
 
     def observe(self, seen: dict, n_valid: int) -> None:
-        normed = self.target.backbone.norm(seen[self.target.n_layers][:, :n_valid])
-        self.features.append(normed.to(next(self.head.parameters()).dtype))
+        self.features.append(self.head.target_feature(self.head.observed_rows(seen, n_valid)))
 
     def _step(self, tokens: list[int], features: torch.Tensor) -> torch.Tensor:
         embeddings = self.target.embed(tokens).to(features.dtype)

@@ -247,10 +247,37 @@ class EagleHead(DraftHead):
             self.fc.bias.zero_()
         self.layer = _layer_like(stack, stack.n_layers - 1)
 
+    architecture = "eagle1"  # the card's ``architecture`` (absent in cards written before EAGLE-3 heads existed)
+
     def features(self, token_embeddings: torch.Tensor, features: torch.Tensor,
                  cache: KVCache | None = None) -> torch.Tensor:
         """Predicted next features from (embedding of token t+1, feature f_t) pairs ``[B, T, d]`` each."""
-        return self._run_layer(self.layer, self.fuse(token_embeddings, features), cache)
+        return self.output_feature(self._run_layer(self.layer, self.fuse(token_embeddings, features), cache))
+
+    def features_at(self, token_embeddings: torch.Tensor, features: torch.Tensor, cache: KVCache | None,
+                    positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`features` at explicit positions under an explicit mask (draft trees)."""
+        fused = self.fuse(token_embeddings, features)
+        return self.output_feature(self._run_layer_at(self.layer, fused, cache, positions, mask))
+
+    def output_feature(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The decoder layer's output as the feature the head reads out and feeds itself next: here the layer is
+        trained to write the target's normed last feature directly (EAGLE), so it is used as it is."""
+        return hidden
+
+    @property
+    def observe_layers(self) -> tuple[int, ...]:
+        """The target layers whose outputs the head reads: the last one (EAGLE)."""
+        return (self.stack.n_layers,)
+
+    def observed_rows(self, seen: dict, n_valid: int) -> torch.Tensor:
+        """What the head takes from one target pass, ``[1, n, ·]``: the normed last hidden state (what a server
+        sends a client that drafts; ``E`` values a token)."""
+        return self.stack.backbone.norm(seen[self.stack.n_layers][:, :n_valid])
+
+    def target_feature(self, rows: torch.Tensor) -> torch.Tensor:
+        """The feature f_t the head pairs with the next token's embedding, from :meth:`observed_rows`."""
+        return rows.to(next(self.parameters()).dtype)
 
     def fuse(self, token_embeddings: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """``fc`` over (embedding, feature) pairs: the decoder layer's input, in the model's dtype."""

@@ -16,7 +16,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
+from engines.drafters.eagle3_head import eagle_head
+from engines.drafters.heads import AdapterHead, ExitLayerHead, ExitNormHead
 from engines.drafters.moa_head import MoAHead
 from engines.drafters.model_draft import tiny_model
 from engines.drafters.streaming import StreamingDraft
@@ -49,7 +50,7 @@ KINDS_BY_NAME: dict[str, DrafterKind] = {kind.kind: kind for kind in (
                 "KL(target ‖ head) on the draft vocabulary", (EXIT, TREE)),
     DrafterKind("exit_layer", lambda card, stack, vocab: ExitLayerHead(stack, vocab, card["exit_layer"]),
                 "KL(target ‖ head) on the draft vocabulary", (EXIT,)),
-    DrafterKind("eagle", lambda card, stack, vocab: EagleHead(stack, vocab),
+    DrafterKind("eagle", eagle_head,  # the card's architecture: eagle1 (absent) or eagle3 (Eagle3Head)
                 "SmoothL1(feature) + 0.1·KL(target ‖ head) on the draft vocabulary (EAGLE), noise 0.05·std on "
                 "input features", (SPS, TREE)),
     DrafterKind("ss", lambda card, stack, vocab: StreamingDraft(stack, vocab, card["layers"], card["stream_layers"],

@@ -42,8 +42,7 @@ class EagleTreeDrafter(EagleDrafter):
         features = torch.cat([self.root_feature if p < 0 else self.node_features[p] for p in parents], dim=1)
         embeddings = self.target.embed([tree.nodes[i].token for i in ids]).to(features.dtype)
         positions, mask = self.slots.inputs(tree, ids, features.dtype, features.device)
-        fused = self.head.fuse(embeddings, features)
-        predicted = self.head._run_layer_at(self.head.layer, fused, self.cache, positions, mask)
+        predicted = self.head.features_at(embeddings, features, self.cache, positions, mask)
         for j, i in enumerate(ids):
             self.node_features[i] = predicted[:, j:j + 1]
         return self.head(predicted)[0], self.head.head.vocab_ids

@@ -59,11 +59,11 @@ def link_halves(drafter) -> LinkHalves:
             lambda cache, n, seen: drafter.server.block(cache, n, seen).activations(),
             lambda rows: drafter.absorb(VerifiedBlock.from_activations(rows, head.memory_width, head.tli)))
     if isinstance(drafter, EagleTreeDrafter):
-        stack = drafter.target
-        dtype = next(drafter.head.parameters()).dtype
-        return LinkHalves("ids + last hidden states (int8)",
-                          lambda cache, n, seen: stack.backbone.norm(seen[stack.n_layers][0, :n]).float(),
-                          lambda rows: drafter.features.append(rows.to(dtype)[None]))
+        head = drafter.head  # EAGLE: the normed last hidden state; EAGLE-3: three layers' (fused on the client)
+        return LinkHalves("ids + last hidden states (int8)" if len(head.observe_layers) == 1
+                          else f"ids + hidden states of layers {', '.join(map(str, head.observe_layers))} (int8)",
+                          lambda cache, n, seen: head.observed_rows(seen, n)[0].float(),
+                          lambda rows: drafter.features.append(head.target_feature(rows[None])))
     return LinkHalves("ids", lambda cache, n, seen: None, lambda rows: None)
 
 

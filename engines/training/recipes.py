@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from engines.drafters.eagle3_head import Eagle3Head
 from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
 from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.model_draft import tiny_model
@@ -42,8 +43,9 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
                    dm_layer: int | None = 3, sv_layer: int | tuple[int, ...] = 15,
                    top_k: int = 20, tli: tuple[int, ...] = (0,), lsa: bool = True, share_lsa: bool = True,
                    ablation: bool = False, control: str | None = None,
-                   seed: int = 0) -> tuple[list[Student], dict]:
-    """Students for ``kind`` (exit | eagle | tiny | ss | cats) and the card fields each one adds.
+                   seed: int = 0, feature_layers: tuple[int, ...] | None = None,
+                   ttt_depth: int | None = None) -> tuple[list[Student], dict]:
+    """Students for ``kind`` (exit | eagle | eagle3 | tiny | ss | cats | moa) and the card fields each one adds.
 
     ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers. ``cats`` trains the
     draft adapter at ``dm_layer`` (``None``: keep the shipped one) and a shallow verifier at each ``sv_layer``,
@@ -63,6 +65,8 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
         return students, extra
     if kind == "eagle":
         return [EagleStudent("eagle", EagleHead(stack, vocab_ids).float(), stack)], {"eagle": {"kind": "eagle"}}
+    if kind == "eagle3":
+        return eagle3_students(stack, vocab_ids, feature_layers, ttt_depth)
     if kind == "tiny":
         if not 1 <= tiny_trained <= tiny_layers < stack.n_layers:
             raise ValueError(f"tiny needs 1 <= trained ({tiny_trained}) <= layers ({tiny_layers}) < {stack.n_layers}")
@@ -119,7 +123,25 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
             students.append(EagleStudent(control, EagleHead(stack, vocab_ids).float(), stack))
             extra[control] = {"kind": "eagle", "control_for": [s.name for s in students[:-1]]}
         return students, extra
-    raise ValueError(f"drafter must be one of exit, eagle, tiny, ss, cats, moa; got {kind!r}")
+    raise ValueError(f"drafter must be one of exit, eagle, eagle3, tiny, ss, cats, moa; got {kind!r}")
+
+
+def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: tuple[int, ...] | None = None,
+                    ttt_depth: int | None = None, name: str = "eagle3") -> tuple[list[Student], dict]:
+    """EAGLE-3: three layers' features fused, trained by training-time test to ``ttt_depth`` (default: the
+    ``eagle`` method's draft depth). Its card says its architecture, so the old ``eagle`` head still loads."""
+    from engines.methods.eagle import EagleConfig
+    from engines.training.ttt import Eagle3Student
+
+    depth = EagleConfig.depth if ttt_depth is None else ttt_depth
+    head = Eagle3Head(stack, vocab_ids, feature_layers).float()
+    student = Eagle3Student(name, head, stack, depth)
+    return [student], {name: {"kind": "eagle", "architecture": "eagle3", "feature_layers": list(head.feature_layers),
+                              "ttt_depth": depth, "training_loss": EAGLE3_LOSS.format(depth=depth)}}
+
+
+EAGLE3_LOSS = ("Σ_{{j=1..{depth}}} KL(target ‖ head at draft step j) on the draft vocabulary, the head unrolled on "
+               "its own features (EAGLE-3's training-time test)")
 
 
 MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced keys/values for every earlier "
@@ -132,6 +154,7 @@ MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced ke
 # with the options its shipped weights use, and the learning rate the earlier GPU recipe gave it.
 ALL_DRAFTERS: tuple[tuple[str, dict, float | None], ...] = (
     ("eagle", {}, None),
+    ("eagle3", {}, None),
     ("moa", {"tli": (0, 1, 3), "ablation": True}, None),
     ("tiny", {}, 5e-4),
     ("ss", {}, 5e-4),
@@ -203,8 +226,10 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
     saved = []
     for student in students:
         agreement = result.heldout_agreement[student.name]
+        described = dict(extra[student.name])
+        loss = described.pop("training_loss", None) or LOSSES[described["kind"]]
         card = {
-            "name": student.name, **extra[student.name],
+            "name": student.name, **described,
             "target": target_name, "target_layers": stack.n_layers, "hidden_size": stack.config.hidden_size,
             "vocab_size": stack.config.vocab_size, "draft_vocab_size": len(vocab_ids),
             "draft_vocab_coverage": round(vocabulary_coverage(heldout, vocab_ids), 4),
@@ -214,7 +239,7 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                      "heldout_positions_measured": sum(len(r["answer_ids"]) for r in measured),
                      "train_answer_tokens": sum(len(r["answer_ids"]) for r in train),
                      "modes": sorted({r["mode"] for r in train}), "train_positions_seen": result.train_tokens},
-            "training": {"loss": LOSSES[extra[student.name]["kind"]], "steps": result.steps, "epochs": config.epochs,
+            "training": {"loss": loss, "steps": result.steps, "epochs": config.epochs,
                          "batch_tokens": config.batch_tokens, "lr": student.lr or config.lr, "seed": config.seed,
                          "max_seconds": config.max_seconds,
                          "device": stack.device.type, "teacher_dtype": str(stack.dtype).removeprefix("torch."),
@@ -229,6 +254,8 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
         student.module.eval()
         save_trained(student.name, student.module, card)
         saved.append((student.name, card))
+    if config.checkpoint:  # every drafter is saved: a finished run leaves no checkpoint to resume
+        Path(config.checkpoint).unlink(missing_ok=True)
     return saved
 
 

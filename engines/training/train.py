@@ -21,6 +21,7 @@ from engines.drafters.heads import EagleHead, ExitLayerHead, ExitNormHead, _laye
 from engines.drafters.moa_head import MoAHead, block_memory_mask, block_starts, layer_kv_rows, mixed_attention_layer
 from engines.drafters.streaming import StreamingDraft
 from engines.model.layers import LayerStack
+from engines.training import checkpoint
 from engines.training.data import Batch, batches, distill_loss, teacher, topk_distill_loss, vocab_index
 
 
@@ -32,6 +33,8 @@ class TrainConfig:
     seed: int = 0
     max_steps: int | None = None
     max_seconds: float | None = None  # a time budget: the step count is cut to what fits, measured as it trains
+    checkpoint: str | Path | None = None  # resume from here when it exists; written every checkpoint_every seconds
+    checkpoint_every: float = 300.0
 
     def validate(self) -> None:
         if not self.epochs > 0:
@@ -42,6 +45,14 @@ class TrainConfig:
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
+        if not self.checkpoint_every >= 0:
+            raise ValueError(f"checkpoint_every must be >= 0 seconds, got {self.checkpoint_every}")
+
+    def recipe(self) -> dict:
+        """The fields a resumed run must share with the one that wrote the checkpoint (not the time budget:
+        a resumed run may be given the time it has left)."""
+        return {"epochs": self.epochs, "batch_tokens": self.batch_tokens, "lr": self.lr, "seed": self.seed,
+                "max_steps": self.max_steps}
 
 
 class Student:
@@ -259,7 +270,11 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
 
     With ``config.max_seconds`` the step count is cut, after ``BUDGET_PROBE`` measured steps, to what their
     mean step time fits in the budget, and the cosine schedule is stretched over that count, so a run on a
-    slow machine still ends in time with a fully decayed learning rate."""
+    slow machine still ends in time with a fully decayed learning rate (the budget counts the seconds of the
+    runs a resumed run continues).
+
+    With ``config.checkpoint`` the run resumes from that file when it exists and writes it every
+    ``config.checkpoint_every`` seconds and once training ends (:mod:`engines.training.checkpoint`)."""
     config.validate()
     torch.manual_seed(config.seed)
     layers = tuple(sorted({l for s in students for l in s.layers}))
@@ -268,14 +283,38 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
     total = max(1, math.ceil(len(epoch_batches) * config.epochs))
     if config.max_steps:
         total = min(total, config.max_steps)
-    plan = {"total": total}
+    plan = {"total": total, "probed": False}
     optimizers = [torch.optim.AdamW(s.parameters(), lr=s.lr or config.lr, weight_decay=0.0) for s in students]
     schedules = [torch.optim.lr_scheduler.LambdaLR(
         o, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, plan["total"]) / plan["total"]))) for o in optimizers]
-    start, tokens = time.perf_counter(), 0
+    run_id = checkpoint.fingerprint([s.name for s in students], config.recipe(), len(epoch_batches),
+                                    sum(p.numel() for s in students for p in s.parameters()))
+    step, tokens, spent = 0, 0, 0.0
+    resumed = checkpoint.load(config.checkpoint, run_id) if config.checkpoint else None
+    if resumed is not None:
+        step, tokens, spent = resumed["step"], resumed["tokens"], resumed["seconds"]
+        plan.update(resumed["plan"])
+        for s, optimizer, schedule in zip(students, optimizers, schedules):
+            s.module.load_state_dict(resumed["tensors"][s.name], strict=False)
+            optimizer.load_state_dict(resumed["optimizers"][s.name])
+            schedule.load_state_dict(resumed["schedules"][s.name])
+            s.curve = [list(point) for point in resumed["curves"][s.name]]
+        checkpoint.restore_rng(resumed["rng"], students)
+
+    def save_checkpoint() -> None:
+        checkpoint.save(config.checkpoint, {
+            "fingerprint": run_id, "step": step, "tokens": tokens, "plan": dict(plan),
+            "seconds": spent + time.perf_counter() - start,
+            "tensors": {s.name: checkpoint.trained_tensors(s.module) for s in students},
+            "optimizers": {s.name: o.state_dict() for s, o in zip(students, optimizers)},
+            "schedules": {s.name: sch.state_dict() for s, sch in zip(students, schedules)},
+            "curves": {s.name: s.curve for s in students}, "rng": checkpoint.rng_state(students)})
+
+    start = time.perf_counter()
+    saved_at = start
+    first_step = step
     for s in students:
         s.module.train()
-    step = 0
     while step < plan["total"]:
         batch = epoch_batches[step % len(epoch_batches)].to(stack.device)
         signals = teacher(stack, batch, layers, vocab_ids, keys_values)
@@ -291,15 +330,19 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
             losses[student.name] = float(loss.detach())
             student.curve.append([step + 1, round(losses[student.name], 5)])
         step += 1
-        if step == 1:
+        if step == first_step + 1:
             warmed = time.perf_counter()  # the first step pays for allocation and kernel choice: not timed
-        if config.max_seconds and step == BUDGET_PROBE:
-            per_step = (time.perf_counter() - warmed) / (step - 1)
-            left = config.max_seconds - (time.perf_counter() - start)
+        if config.max_seconds and not plan["probed"] and step >= first_step + BUDGET_PROBE:
+            per_step = (time.perf_counter() - warmed) / (step - first_step - 1)
+            left = config.max_seconds - spent - (time.perf_counter() - start)
             plan["total"] = max(step, min(plan["total"], step + int(left / per_step)))
+            plan["probed"] = True
+        if config.checkpoint and (step == plan["total"] or time.perf_counter() - saved_at >= config.checkpoint_every):
+            save_checkpoint()
+            saved_at = time.perf_counter()
         if progress:
             progress(step, plan["total"], losses)
-    seconds = time.perf_counter() - start
+    seconds = spent + time.perf_counter() - start
     for s in students:
         if isinstance(s, MoAStudent):
             s.adopt_shared_lsa()
