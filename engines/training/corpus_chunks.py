@@ -84,16 +84,54 @@ def build_chunks(engine, folder: Path, ks: list[int], prompts_per_chunk: int, mo
         for k in unwritten:
             prompts_of[k] = [p for p in written if prompt_index(p) // prompts_per_chunk == k]
             write_lines_atomic(prompts_file[k], (json.dumps(p) for p in prompts_of[k]))
+    _answer_chunks(engine, folder, todo, prompts_of, modes, seed, batch_size, max_new_tokens, progress,
+                   max_batch_tokens)
+    return [chunk_path(folder, k) for k in ks]
+
+
+def _answer_chunks(engine, folder: Path, todo: list[int], prompts_of: dict[int, list[dict]], modes: list[Mode],
+                   seed: int, batch_size: int, max_new_tokens: int, progress: bool,
+                   max_batch_tokens: int | None) -> None:
+    """The target's answers to chunks ``todo``'s written prompts, appended per chunk (resumable), then each chunk
+    compressed whole: the one path every prompt goes through, whoever wrote it."""
+    chunk_of = {p["question_id"]: k for k in todo for p in prompts_of[k]}
     prompts = [p for k in todo for p in prompts_of[k]]
     partial = {k: folder / f"{CHUNK.format(k)}.partial.jsonl" for k in todo}
     if prompts:
         build_corpus(engine, prompts, partial[todo[0]], modes, max_new_tokens, batch_size,
-                     seed + 104_729 * todo[0], progress, route=lambda p: partial[prompt_index(p) // prompts_per_chunk],
+                     seed + 104_729 * todo[0], progress, route=lambda p: partial[chunk_of[p["question_id"]]],
                      max_batch_tokens=max_batch_tokens)
     for k in todo:  # build_corpus left each partial file whole, line by line
         records = whole_records(partial[k])[0] if partial[k].exists() else []
         write_lines_atomic(chunk_path(folder, k), (json.dumps(record) for record in records))
         partial[k].unlink(missing_ok=True)
+
+
+def build_prompt_chunks(engine, folder: Path, ks: list[int], prompts: list[dict], prompts_per_chunk: int,
+                        modes: list[Mode], seed: int = 0, batch_size: int = 64, max_new_tokens: int = 160,
+                        check: Callable[[list[dict]], None] | None = None, progress: bool = True,
+                        max_batch_tokens: int | None = None) -> list[Path]:
+    """Chunks of prompts someone else wrote (people: engines/training/human_prompts.py): chunk k holds
+    ``prompts[k·P:(k+1)·P]`` and the target's answers in every mode, made, resumed and finished exactly as the
+    target-written chunks are. A chunk's prompts are written once, so it stays what it was if the list grows."""
+    if prompts_per_chunk < 1 or not ks or min(ks) < 0:
+        raise ValueError(f"prompts_per_chunk must be >= 1 and chunks >= 0, got {prompts_per_chunk} and {ks}")
+    if max(ks) * prompts_per_chunk >= len(prompts):
+        raise ValueError(f"chunks must lie within the {len(prompts)} prompts ({-(-len(prompts) // prompts_per_chunk)} "
+                         f"chunks of {prompts_per_chunk}), got {ks}")
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [k for k in ks if read_chunk(chunk_path(folder, k)) is None]
+    prompts_of = {}
+    for k in todo:
+        prompts_file = folder / f"{CHUNK.format(k)}.prompts.jsonl.gz"
+        prompts_of[k] = read_chunk(prompts_file, "prompts of a corpus chunk")
+        if prompts_of[k] is None:
+            prompts_of[k] = prompts[k * prompts_per_chunk:(k + 1) * prompts_per_chunk]
+            if check is not None:
+                check(prompts_of[k])
+            write_lines_atomic(prompts_file, (json.dumps(p) for p in prompts_of[k]))
+    _answer_chunks(engine, folder, todo, prompts_of, modes, seed, batch_size, max_new_tokens, progress,
+                   max_batch_tokens)
     return [chunk_path(folder, k) for k in ks]
 
 

@@ -127,7 +127,8 @@ def compose(p: Plan, written: str) -> dict | None:
         turns = [frame.format(passages=block, question=_first_line(question))]
     else:
         turns = [frame.format(text=written, language=p.language)]
-    return {"question_id": f"s-{p.index:06d}", "category": p.category, "turns": turns, "topic": p.topic}
+    return {"question_id": f"s-{p.index:06d}", "category": p.category, "turns": turns, "topic": p.topic,
+            "written_by": "target"}
 
 
 MATERIAL_TEMPERATURE, MATERIAL_TOP_P = 0.7, 0.9
