@@ -17,9 +17,17 @@ def test_small_tree_tau_is_the_best_four_node_tree(capsys):
     assert "Not quite" in capsys.readouterr().out
 
 
-def test_tau_from_position_acceptance_multiplies_along_the_depths():
-    assert ex.tau_from_position_acceptance(1 + 0.5 + 0.25, [0.5, 0.5], measured_tau=1.7) is True
-    assert ex.tau_from_position_acceptance(1 + 0.5 + 0.5, [0.5, 0.5], measured_tau=1.7) is False
+def test_the_chain_with_the_trees_first_depth_multiplies_along_the_depths(capsys):
+    chain, tree = [0.4, 0.5, 0.2], [0.6, 0.5]
+    expected = 1 + 0.6 + 0.6 * 0.5 + 0.6 * 0.5 * 0.2  # the tree's α₁, then the chain's α₂, α₃
+    assert ex.chain_with_tree_first_depth(None, chain, tree, chain_tau=1.6, tree_tau=2.1) is None
+    assert ex.chain_with_tree_first_depth(expected, chain, tree, chain_tau=1.6, tree_tau=2.1) is True
+    assert "1.600" in capsys.readouterr().out  # the measured τ are shown once answered
+    assert ex.chain_with_tree_first_depth(1 + 0.4 + 0.4 * 0.5 + 0.4 * 0.5 * 0.2, chain, tree, 1.6, 2.1) is False  # the chain's own
+    assert ex.chain_with_tree_first_depth(1 + 0.6 + 0.3, chain, tree, 1.6, 2.1) is False  # the tree's own profile
+    assert "1.600" not in capsys.readouterr().out  # a wrong answer gets a hint, not the measured values
+    with pytest.raises(ValueError, match="non-empty"):
+        ex.chain_with_tree_first_depth(1.0, [], tree, 1.0, 2.1)
 
 
 def test_nodes_to_beat_chain_is_the_smallest_such_n():

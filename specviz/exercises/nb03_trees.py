@@ -29,23 +29,30 @@ def small_tree_tau(answer: float | None, coverage: Mapping[int, float]) -> bool 
                              "has two ranks.")
 
 
-def tau_from_position_acceptance(answer: float | None, acceptance_by_position: Sequence[float],
-                                 measured_tau: float) -> bool | None:
-    """Exercise 2: τ predicted from a run's acceptance by draft position αᵢ (a round passes depth i only if it
-    passed every depth before it)."""
-    reach, expected = 1.0, 1.0
+def _tau_of_profile(acceptance_by_position: Sequence[float]) -> float:
+    """1 + Σᵢ α₁·…·αᵢ: a round passes depth i only if it passed every depth before it."""
+    reach, tau = 1.0, 1.0
     for alpha_i in acceptance_by_position:
         reach *= alpha_i
-        expected += reach
+        tau += reach
+    return tau
+
+
+def chain_with_tree_first_depth(answer: float | None, chain_profile: Sequence[float], tree_profile: Sequence[float],
+                                chain_tau: float, tree_tau: float) -> bool | None:
+    """Exercise 2: τ of a chain whose first depth were accepted as often as the tree's (α₁ of ``tree_profile``),
+    its deeper depths as the chain measured them (``chain_profile``): how much of the tree's τ its first depth
+    buys. No run measures this chain, so its τ is printed nowhere before the answer."""
+    if not chain_profile or not tree_profile:
+        raise ValueError("both runs must have judged at least one draft position (acceptance_by_position non-empty)")
+    expected = _tau_of_profile([tree_profile[0], *chain_profile[1:]])
     right = check_number(answer, expected, tolerance=0.02,
-                         explanation="That is the chain formula with one acceptance per depth instead of one a "
-                                     "for all.",
-                         hint="What is the chance a round gets past depth 2? Past depth 3? Add those chances, and "
-                              "remember the target's own token.")
+                         explanation="That is the chain formula with one acceptance per depth instead of one a for all.",
+                         hint="What is the chance a round gets past depth 1 with the tree's α₁? Past depth 2 with the "
+                              "chain's α₂ after it? Add those chances, and remember the target's own token.")
     if right:
-        print(f"Measured: the run committed τ = {measured_tau:.3f}. The two agree when every round's tree reaches "
-              "the same depth; rounds whose tree stopped short, and the last round (cut at max_new_tokens), move "
-              "them apart.")
+        print(f"Measured: the chain committed τ = {chain_tau:.3f} and the tree τ = {tree_tau:.3f}; the tree's first "
+              f"depth alone would take the chain to {expected:.3f}.")
     return right
 
 
