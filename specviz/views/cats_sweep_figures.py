@@ -17,6 +17,14 @@ from .cats_costs import RunCosts, TimeModel, sweep_models
 from .cats_cycles import IO_COLOUR, MB, STAGE_COLOURS
 
 METHOD_COLOURS = {"ar": "#616161", "kangaroo": "#ef6c00", "cats": "#2e7d32"}
+BANDWIDTH_TICKS = (20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000)
+
+
+def bandwidth_axis(lo: float, hi: float, title: str) -> dict:
+    """A log bandwidth axis with whole labelled ticks (plotly's own log ticks label 2 and 5 in tiny digits)."""
+    ticks = [t for t in BANDWIDTH_TICKS if lo <= t <= hi]
+    return dict(type="log", title=dict(text=title), range=[math.log10(lo), math.log10(hi)], tickvals=ticks,
+                ticktext=[f"{t:,}" for t in ticks], tickfont=dict(size=12))
 
 
 def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
@@ -67,7 +75,7 @@ def sweep_figure(sweep: dict, along: str = "sv_layer") -> go.Figure:
     return fig
 
 
-def bandwidth_figure(sweep: dict, grid: tuple[float, float] = (50.0, 5000.0), readme_mb_s: float | None = 200.0
+def bandwidth_figure(sweep: dict, grid: tuple[float, float] = (50.0, 5000.0), mark_mb_s: float | None = None
                      ) -> go.Figure:
     """Measured speedup over ``ar`` at each bandwidth (markers) beside the §7.6 model (lines) evaluated at
     each method's measured τ, stage costs, deep compute and bytes per pass. Log bandwidth axis; as the
@@ -94,15 +102,15 @@ def bandwidth_figure(sweep: dict, grid: tuple[float, float] = (50.0, 5000.0), re
                           "BPT %{customdata[2]:.1f} MB · reads reached %{customdata[3]:.0f} MB/s<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color=METHOD_COLOURS["ar"], dash="dot"), annotation_text="ar (same budget)",
                   annotation_position="bottom right")
-    if readme_mb_s:  # on a log axis a shape takes data coordinates, an annotation their log10
-        fig.add_vline(x=readme_mb_s, line=dict(color="#bdbdbd", dash="dot"))
-        fig.add_annotation(x=math.log10(readme_mb_s), y=1.0, yref="paper", yanchor="bottom", showarrow=False,
-                           text=f"{readme_mb_s:g} MB/s (README)", font=dict(size=10, color="#757575"))
+    if mark_mb_s:  # one bandwidth to point at; on a log axis a shape takes data coordinates, an annotation their log10
+        fig.add_vline(x=mark_mb_s, line=dict(color="#bdbdbd", dash="dot"))
+        fig.add_annotation(x=math.log10(mark_mb_s), y=1.0, yref="paper", yanchor="bottom", showarrow=False,
+                           text=f"{mark_mb_s:g} MB/s", font=dict(size=10, color="#757575"))
     fig.update_layout(
         title=(f"Speedup against flash bandwidth · layers 1..{sweep['resident_layers']} resident "
                f"({sweep['budget_mb']:.0f} MB), {sweep['max_new_tokens']} tokens per run"),
         height=430, legend=dict(orientation="h", y=-0.25),
-        xaxis=dict(type="log", title="emulated flash bandwidth (MB/s)", range=[math.log10(lo), math.log10(hi)]),
+        xaxis=bandwidth_axis(lo, hi, "emulated flash bandwidth (MB/s)"),
         yaxis=dict(title="speedup over ar under the same budget", rangemode="tozero"))
     return fig
 
@@ -151,7 +159,6 @@ def cats_theory_figure(model: TimeModel, flash_mb_s: float, grid: tuple[float, f
         fig.add_trace(go.Bar(x=["ar", "CATS"], y=ys, name=part, marker_color=colour,
                              hovertemplate=f"{part}: %{{y:.1f}} ms per token<extra></extra>"), row=1, col=2)
     fig.update_layout(barmode="stack", height=380, legend=dict(orientation="h", y=-0.25), margin=dict(t=50))
-    fig.update_xaxes(type="log", title_text="flash bandwidth (MB/s)", range=[math.log10(lo), math.log10(hi)],
-                     row=1, col=1)
+    fig.update_xaxes(**bandwidth_axis(lo, hi, "flash bandwidth B (MB/s)"), row=1, col=1)
     fig.update_yaxes(rangemode="tozero", title_text="speedup", row=1, col=1)
     return fig
