@@ -1,5 +1,5 @@
-"""Notebook 08's exercises (MoA): server calls and time on the link under 4G predicted from the 5G runs, and an
-engine change to the 8-bit quantization that keeps MoA's verdict message small.
+"""Notebook 08's exercises (MoA): server calls and time on the link of a longer answer under 4G, predicted from the
+5G runs, and an engine change to the 8-bit quantization that keeps MoA's verdict message small.
 
 Expected values come from the runs the notebook passes in, never from the cell.
 """
@@ -27,27 +27,39 @@ def _runs(answer: dict | None, runs: dict) -> dict:
     return answer if isinstance(answer, dict) else {name: None for name in runs}
 
 
-def server_calls(answer: dict | None, runs: dict[str, dict]) -> dict[str, bool | None]:
-    """Exercise 1: server calls per answer for each run (``{name: moa_metrics}``) on another link."""
+def _new_tokens(m: dict, new_tokens: int | None) -> int:
+    if new_tokens is None:
+        return m["new_tokens"]
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer (None: each run's own), got {new_tokens!r}")
+    return new_tokens
+
+
+def server_calls(answer: dict | None, runs: dict[str, dict], new_tokens: int | None = None) -> dict[str, bool | None]:
+    """Server calls per answer of ``new_tokens`` (None: each run's own length) on another link, predicted from
+    each run's τ (``{name: moa_metrics}``)."""
     answer = _runs(answer, runs)
     out = {}
     for name, m in runs.items():
         print(f"{name}:", end=" ")
-        out[name] = check_number(answer.get(name), server_calls_per_answer(m["new_tokens"], m["tau"]), tolerance=1,
+        out[name] = check_number(answer.get(name), server_calls_per_answer(_new_tokens(m, new_tokens), m["tau"]),
+                                 tolerance=1,
                                  explanation="The link changes the seconds, not what the server verifies.",
                                  hint="What does the link change: the tokens each call commits, or only the time? "
                                       "Count the prefill call too.")
     return out
 
 
-def link_seconds(answer: dict | None, runs: dict[str, dict], rtt: float) -> dict[str, bool | None]:
-    """Exercise 2: seconds on a link of mean round trip ``rtt`` per answer, for each run."""
+def link_seconds(answer: dict | None, runs: dict[str, dict], rtt: float,
+                 new_tokens: int | None = None) -> dict[str, bool | None]:
+    """Seconds on a link of mean round trip ``rtt`` per answer of ``new_tokens`` (None: each run's own), for each
+    run."""
     if rtt <= 0:
         raise ValueError(f"rtt must be > 0 seconds, got {rtt}")
     answer = _runs(answer, runs)
     out = {}
     for name, m in runs.items():
-        calls = server_calls_per_answer(m["new_tokens"], m["tau"])
+        calls = server_calls_per_answer(_new_tokens(m, new_tokens), m["tau"])
         print(f"{name}:", end=" ")
         out[name] = check_number(answer.get(name), (calls - 1) * rtt, tolerance=0.03, relative=True,
                                  explanation="Every call but the prefill is one cycle with one round trip.",
