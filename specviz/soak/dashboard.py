@@ -79,7 +79,8 @@ def free_port() -> int:
 
 def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    # as `make app` starts it: two malloc arenas (the Makefile says why)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", MALLOC_ARENA_MAX="2")
     command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
                "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none"]
