@@ -300,7 +300,7 @@ def agreement_command(args) -> int:
 
     from engines.training.agreement import by_provenance, depth_agreement, topk_agreement
     from engines.training.data import split_corpus
-    from engines.training.recipes import DEFAULT_CORPUS
+    from engines.training.recipes import DEFAULT_CORPUS, corpus_paths
 
     from .experiments.drafter_compare import answer_records
 
@@ -317,7 +317,7 @@ def agreement_command(args) -> int:
         raise ValueError(f"depth must be >= 1, got {args.depth}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
     if args.on == "heldout":
-        records = split_corpus(args.corpus or DEFAULT_CORPUS)[1]
+        records = split_corpus(corpus_paths(args.corpus or DEFAULT_CORPUS))[1]
     else:
         with tqdm(desc="answers", unit="prompt") as answers:
             records = answer_records(engine, args.max_new_tokens, progress=answers.update)

@@ -89,8 +89,9 @@ def topk_agreement(stack: LayerStack, names: Sequence[str], records: list[dict],
             features = signals["feature"][batch.loss_mask]
             target = torch.cat([(chunk @ head.T).argmax(-1) for chunk in features.split(1024)])
             positions += len(target)
-            for student in members:
-                _, logits = student.loss(batch, signals)
+            for student in members:  # an unrolled head's first draft step is what is measured here
+                logits = student.depth_logits(batch, signals, 1)[0] if hasattr(student, "depth_logits") \
+                    else student.loss(batch, signals)[1]
                 ranked = vocab[logits.topk(max(ks), dim=-1).indices]  # draft-vocabulary index → token id
                 found = (ranked == target[:, None]).cumsum(-1)
                 for k in ks:

@@ -368,7 +368,10 @@ def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers,
         target_top = signals["logprobs"].argmax(-1)
         count += len(target_top)
         for s in students:
-            _, logits = s.loss(batch, signals) if not isinstance(s, EagleStudent) else _eagle_eval(s, batch, signals)
+            if hasattr(s, "depth_logits"):  # an unrolled head: its first draft step is what is measured here
+                logits = s.depth_logits(batch, signals, 1)[0]
+            else:
+                _, logits = s.loss(batch, signals) if not isinstance(s, EagleStudent) else _eagle_eval(s, batch, signals)
             ranked = logits.topk(max(ks), dim=-1).indices
             for k in ks:
                 hits[s.name][k] += int((ranked[:, :k] == target_top[:, None]).any(-1).sum())
