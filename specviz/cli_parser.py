@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="eagle3: the three target layers whose features it fuses (default 2, L/2, L-3)")
     train.add_argument("--ttt-depth", type=int, default=None,
                        help="eagle3: draft steps unrolled in training (default: the eagle method's depth)")
+    train.add_argument("--hass-top-k", type=int, default=0,
+                       help="eagle3: add HASS's objective on the target's top K tokens at every step (0: off)")
     train.add_argument("--checkpoint", default=None,
                        help="resume from this file when it exists; written as training goes and removed once every "
                             "drafter is saved")

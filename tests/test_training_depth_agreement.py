@@ -40,8 +40,9 @@ def test_depth_agreement_of_an_eagle3_head_and_an_exit_head(trained, monkeypatch
     engine, corpus, root = trained
     monkeypatch.setenv("SPECVIZ_DRAFTS", str(root / "drafts"))
     config = TrainConfig(epochs=5, batch_tokens=256, lr=3e-3)
-    (eagle, _), = train_drafters("eagle3", engine.target, "tiny-test", corpus, config, draft_vocab_size=48,
-                                 feature_layers=(1, 2, 3), ttt_depth=2)
+    (eagle, card), = train_drafters("eagle3", engine.target, "tiny-test", corpus, config, draft_vocab_size=48,
+                                    feature_layers=(1, 2, 3), ttt_depth=2, hass_top_k=4)
+    assert card["hass_top_k"] == 4 and "HASS" in card["training"]["loss"]
     (exit_head, _), = train_drafters("exit", engine.target, "tiny-test", corpus, config, draft_vocab_size=48,
                                      exit_layers=(2,), head_kinds=("norm",))
     records = read_corpus(corpus)

@@ -95,3 +95,17 @@ def test_feature_layers_are_checked():
     for bad in ((1, 2), (1, 1, 2), (0, 1, 2), (1, 2, 5)):
         with pytest.raises(ValueError, match="feature_layers"):
             check_feature_layers(bad, 4)
+
+
+def test_hass_objective_is_the_cross_entropy_on_the_targets_top_k():
+    from engines.training.ttt import top_k_cross_entropy
+
+    teacher = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0, -1.0]]), -1)
+    student = torch.tensor([[0.5, 1.0, 2.0, 0.0]])
+    p, q = teacher.exp()[0], torch.log_softmax(student, -1)[0]
+    assert float(top_k_cross_entropy(student, teacher, 2)) == pytest.approx(float(-(p[:2] * q[:2]).sum()), rel=1e-6)
+    assert float(top_k_cross_entropy(student, teacher, 2)) < float(top_k_cross_entropy(student, teacher, 4))
+    from engines.training.ttt import Eagle3Student
+
+    with pytest.raises(ValueError, match="hass_top_k"):
+        Eagle3Student("x", None, None, 2, hass_top_k=-1)

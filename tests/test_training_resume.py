@@ -44,11 +44,15 @@ def _run(engine, corpus, config, stop_after=None):
                           ("exit", {"exit_layers": (2,), "head_kinds": ("norm",)})):
         students += build_students(kind, engine.target, vocab, **options)[0]
 
+    steps = []
+
     def progress(step, total, losses):
+        steps.append(step)
         if stop_after is not None and step == stop_after:
             raise Killed
 
     result = fit(engine.target, students, train, heldout[:2], vocab, config, progress)
+    result.steps_run = steps
     return result, {s.name: checkpoint.trained_tensors(s.module) for s in students}
 
 
@@ -61,6 +65,7 @@ def test_a_resumed_run_ends_where_an_unbroken_one_ends(setup, tmp_path):
         _run(engine, corpus, config, stop_after=5)
     assert torch.load(path, weights_only=True)["step"] == 5
     resumed, resumed_weights = _run(engine, corpus, config)
+    assert resumed.steps_run == [6, 7, 8]  # it went on from the checkpoint, not from step 1
     assert resumed.steps == 8 and resumed.curves == unbroken.curves
     for name, tensors in weights.items():
         for key, tensor in tensors.items():
@@ -71,7 +76,8 @@ def test_a_resumed_run_ends_where_an_unbroken_one_ends(setup, tmp_path):
         _run(engine, corpus, other)
     path.write_bytes(b"not a checkpoint")  # damaged: set aside, the run starts over
     again, _ = _run(engine, corpus, config)
-    assert again.curves == unbroken.curves and path.with_name(path.name + ".corrupt").exists()
+    assert again.steps_run[0] == 1 and again.curves == unbroken.curves
+    assert path.with_name(path.name + ".corrupt").exists()
     with pytest.raises(ValueError, match="checkpoint_every"):
         TrainConfig(checkpoint_every=-1).validate()
 

@@ -43,7 +43,7 @@ def shipped_student(name: str, stack: LayerStack) -> tuple[Student, torch.Tensor
     if kind == "eagle" and card.get("architecture") == "eagle3":
         from engines.training.ttt import Eagle3Student
 
-        return Eagle3Student(name, module, stack, card.get("ttt_depth", 1)), vocab
+        return Eagle3Student(name, module, stack, card.get("ttt_depth", 1), card.get("hass_top_k", 0)), vocab
     if kind == "eagle":
         return EagleStudent(name, module, stack, noise=0.0), vocab
     if kind == "ss":

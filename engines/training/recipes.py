@@ -44,7 +44,7 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
                    top_k: int = 20, tli: tuple[int, ...] = (0,), lsa: bool = True, share_lsa: bool = True,
                    ablation: bool = False, control: str | None = None,
                    seed: int = 0, feature_layers: tuple[int, ...] | None = None,
-                   ttt_depth: int | None = None) -> tuple[list[Student], dict]:
+                   ttt_depth: int | None = None, hass_top_k: int = 0) -> tuple[list[Student], dict]:
     """Students for ``kind`` (exit | eagle | eagle3 | tiny | ss | cats | moa) and the card fields each one adds.
 
     ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers. ``cats`` trains the
@@ -66,7 +66,7 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
     if kind == "eagle":
         return [EagleStudent("eagle", EagleHead(stack, vocab_ids).float(), stack)], {"eagle": {"kind": "eagle"}}
     if kind == "eagle3":
-        return eagle3_students(stack, vocab_ids, feature_layers, ttt_depth)
+        return eagle3_students(stack, vocab_ids, feature_layers, ttt_depth, hass_top_k)
     if kind == "tiny":
         if not 1 <= tiny_trained <= tiny_layers < stack.n_layers:
             raise ValueError(f"tiny needs 1 <= trained ({tiny_trained}) <= layers ({tiny_layers}) < {stack.n_layers}")
@@ -127,21 +127,25 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
 
 
 def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: tuple[int, ...] | None = None,
-                    ttt_depth: int | None = None, name: str = "eagle3") -> tuple[list[Student], dict]:
+                    ttt_depth: int | None = None, hass_top_k: int = 0,
+                    name: str = "eagle3") -> tuple[list[Student], dict]:
     """EAGLE-3: three layers' features fused, trained by training-time test to ``ttt_depth`` (default: the
-    ``eagle`` method's draft depth). Its card says its architecture, so the old ``eagle`` head still loads."""
+    ``eagle`` method's draft depth), with HASS's top-K objective added where ``hass_top_k`` > 0. Its card says
+    its architecture, so the old ``eagle`` head still loads."""
     from engines.methods.eagle import EagleConfig
     from engines.training.ttt import Eagle3Student
 
     depth = EagleConfig.depth if ttt_depth is None else ttt_depth
     head = Eagle3Head(stack, vocab_ids, feature_layers).float()
-    student = Eagle3Student(name, head, stack, depth)
+    student = Eagle3Student(name, head, stack, depth, hass_top_k)
+    loss = EAGLE3_LOSS.format(depth=depth) + (HASS_LOSS.format(k=hass_top_k) if hass_top_k else "")
     return [student], {name: {"kind": "eagle", "architecture": "eagle3", "feature_layers": list(head.feature_layers),
-                              "ttt_depth": depth, "training_loss": EAGLE3_LOSS.format(depth=depth)}}
+                              "ttt_depth": depth, "hass_top_k": hass_top_k, "training_loss": loss}}
 
 
 EAGLE3_LOSS = ("Σ_{{j=1..{depth}}} KL(target ‖ head at draft step j) on the draft vocabulary, the head unrolled on "
                "its own features (EAGLE-3's training-time test)")
+HASS_LOSS = " + at each step −Σ_{{top-{k} of p}} p·log q (HASS)"
 
 
 MOA_DEVIATION = ("TLI > 0 trains the reused target layers with teacher-forced keys/values for every earlier "

@@ -96,17 +96,29 @@ def depth_rows(batch: Batch, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     return valid, valid[shifted]
 
 
+def top_k_cross_entropy(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor, k: int) -> torch.Tensor:
+    """HASS's harmonised objective: −Σ_{v ∈ top-K(p)} p(v)·log q(v), the target's K likeliest tokens only (what
+    a draft tree with K children can catch), p not renormalised."""
+    top, index = teacher_logprobs.topk(min(k, teacher_logprobs.shape[-1]), dim=-1)
+    student = torch.log_softmax(student_logits.float(), -1).gather(-1, index)
+    return -(top.exp() * student).sum(-1).mean()
+
+
 class Eagle3Student(Student):
     """EAGLE-3's loss: Σ_{j=1..D} KL(target ‖ head at step j) on the draft vocabulary, the head unrolled on its
     own outputs (:func:`unroll`); no feature regression (there is no target feature for a fused input), no noise
-    (its own features are the noise the drafts meet). ``depth`` D defaults to the tree's draft depth."""
+    (its own features are the noise the drafts meet). ``depth`` D defaults to the tree's draft depth.
+    ``hass_top_k`` > 0 adds HASS's objective at every step (:func:`top_k_cross_entropy`, weight 1)."""
 
-    def __init__(self, name: str, head: EagleHead, stack: LayerStack, depth: int):
+    def __init__(self, name: str, head: EagleHead, stack: LayerStack, depth: int, hass_top_k: int = 0):
         super().__init__(name, head)
         if depth < 1:
             raise ValueError(f"ttt depth must be >= 1, got {depth}")
+        if hass_top_k < 0:
+            raise ValueError(f"hass_top_k must be >= 0 (0: off), got {hass_top_k}")
         self.stack = stack
         self.depth = depth
+        self.hass_top_k = hass_top_k
         self.layers = tuple(head.observe_layers)
 
     def loss(self, batch: Batch, signals: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,7 +127,10 @@ class Eagle3Student(Student):
         for depth, logits in enumerate(logits_by_depth, 1):
             keep = depth_rows(batch, depth)[1]
             if keep.any():
-                total = total + distill_loss(logits, signals["logprobs"][keep])
+                teacher_logprobs = signals["logprobs"][keep]
+                total = total + distill_loss(logits, teacher_logprobs)
+                if self.hass_top_k:
+                    total = total + top_k_cross_entropy(logits, teacher_logprobs, self.hass_top_k)
         return total, logits_by_depth[0]
 
     def depth_logits(self, batch: Batch, signals: dict, depth: int) -> list[torch.Tensor]:
