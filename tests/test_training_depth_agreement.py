@@ -64,3 +64,25 @@ def test_held_out_records_are_grouped_by_who_wrote_their_prompts():
     groups = by_provenance(records)
     assert list(groups) == ["human", "seed", "target"]
     assert [r["id"] for r in groups["human"]] == ["h-cc-1", "x"]
+
+
+def test_cards_report_held_out_agreement_apart_by_who_wrote_the_prompts(trained, monkeypatch, tmp_path):
+    import json
+
+    engine, corpus, root = trained
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(tmp_path / "drafts"))
+    records = read_corpus(corpus)
+    mixed = tmp_path / "mixed.jsonl"  # every other prompt "written by people", the rest by the target
+    mixed.write_text("".join(json.dumps({**r, "id": f"{'h' if i % 2 else 's'}-{r['id']}"}) + "\n"
+                             for i, r in enumerate(records)))
+    from engines.training import data
+
+    monkeypatch.setattr(data, "held_out", lambda record, fraction=0.05: int(record["id"][3:]) % 3 == 0)
+    (name, card), = train_drafters("exit", engine.target, "tiny-test", mixed, TrainConfig(max_steps=3, batch_tokens=256),
+                                   draft_vocab_size=48, exit_layers=(2,), head_kinds=("norm",))
+    groups = card["heldout_agreement_by_provenance"]
+    assert set(groups) == {"human", "target"} and set(card["data"]["train_records_by_provenance"]) == {"human", "target"}
+    positions = sum(g["positions"] for g in groups.values())
+    assert positions == card["data"]["heldout_positions_measured"]
+    overall = sum(g["top1"] * g["positions"] for g in groups.values()) / positions
+    assert overall == pytest.approx(card["heldout_top1_agreement"], abs=1e-3)

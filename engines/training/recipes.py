@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +20,7 @@ from engines.drafters.trained import exit_head_name, save_trained
 from engines.model.layers import LayerStack
 from engines.model.machine import cpu_supports_bf16
 from engines.training.data import draft_vocabulary, split_corpus, vocabulary_coverage
+from engines.training.human_prompts import provenance
 from engines.training.train import (
     AdapterStudent,
     EagleStudent,
@@ -242,7 +244,8 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                      "train_records": len(train), "heldout_records": len(heldout),
                      "heldout_positions_measured": sum(len(r["answer_ids"]) for r in measured),
                      "train_answer_tokens": sum(len(r["answer_ids"]) for r in train),
-                     "modes": sorted({r["mode"] for r in train}), "train_positions_seen": result.train_tokens},
+                     "modes": sorted({r["mode"] for r in train}), "train_positions_seen": result.train_tokens,
+                     "train_records_by_provenance": dict(Counter(provenance(r) for r in train))},
             "training": {"loss": loss, "steps": result.steps, "epochs": config.epochs,
                          "batch_tokens": config.batch_tokens, "lr": student.lr or config.lr, "seed": config.seed,
                          "max_seconds": config.max_seconds,
@@ -253,6 +256,10 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                          "date": time.strftime("%Y-%m-%d")},
             "heldout_top1_agreement": _rounded(agreement[1]),
             "heldout_top4_agreement": _rounded(agreement[4]),
+            # the same measure apart for answers to prompts people, the seeds and the target wrote (issue 39)
+            "heldout_agreement_by_provenance": {
+                group: {"top1": _rounded(row[1]), "top4": _rounded(row[4]), "positions": row["positions"]}
+                for group, row in agreement.get("groups", {}).items()},
             "command": command,
         }
         student.module.eval()

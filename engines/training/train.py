@@ -23,6 +23,7 @@ from engines.drafters.streaming import StreamingDraft
 from engines.model.layers import LayerStack
 from engines.training import checkpoint
 from engines.training.data import Batch, batches, distill_loss, teacher, topk_distill_loss, vocab_index
+from engines.training.human_prompts import provenance
 
 
 @dataclass
@@ -346,7 +347,8 @@ def fit(stack: LayerStack, students: list[Student], train: list[dict], heldout: 
     for s in students:
         if isinstance(s, MoAStudent):
             s.adopt_shared_lsa()
-    agreement = heldout_agreement(stack, students, heldout, vocab_ids, config.batch_tokens, layers, keys_values)
+    agreement = heldout_agreement(stack, students, heldout, vocab_ids, config.batch_tokens, layers, keys_values,
+                                  group=provenance)
     return FitResult(plan["total"], seconds, tokens, {s.name: thin(s.curve) for s in students}, agreement)
 
 
@@ -355,14 +357,38 @@ BUDGET_PROBE = 10  # steps timed before a time budget fixes the step count
 
 @torch.no_grad()
 def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers, keys_values: bool = False,
-                      ks: tuple[int, ...] = (1, 4)) -> dict:
+                      ks: tuple[int, ...] = (1, 4), group: Callable[[dict], str] | None = None) -> dict:
     """Held-out agreement: how often the target's argmax is among the draft's k best on held-out answers,
-    teacher-forced (not α, the acceptance rate measured by decoding); ``{name: {k: share}}``."""
-    hits = {s.name: {k: 0 for k in ks} for s in students}
-    count = 0
+    teacher-forced (not α, the acceptance rate measured by decoding); ``{name: {k: share}}``. With ``group``
+    (a record → its group, e.g. who wrote its prompt) each group is measured on its own too, under
+    ``"groups": {group: {k: share, "positions": n}}``, from the same passes."""
     for s in students:
         s.module.eval()
-    for batch in batches(heldout, batch_tokens, seed=0):
+    parts: dict[str, list[dict]] = {}
+    for record in heldout:
+        parts.setdefault(group(record) if group else "all", []).append(record)
+    hits = {name: {k: 0 for k in ks} for name in [s.name for s in students]}
+    by_group = {}
+    for name, records in parts.items():
+        part_hits, count = _agreement_hits(stack, students, records, vocab_ids, batch_tokens, layers, keys_values, ks)
+        by_group[name] = (part_hits, count)
+        for student, row in part_hits.items():
+            for k in ks:
+                hits[student][k] += row[k]
+    total = sum(count for _, count in by_group.values())
+    result = {name: {k: hit / total if total else None for k, hit in row.items()} for name, row in hits.items()}
+    if group:
+        for name in result:
+            result[name]["groups"] = {g: {**{k: row[name][k] / count for k in ks}, "positions": count}
+                                      for g, (row, count) in by_group.items() if count}
+    return result
+
+
+def _agreement_hits(stack, students, records, vocab_ids, batch_tokens, layers, keys_values, ks):
+    """({name: {k: hits}}, positions) over ``records``."""
+    hits = {s.name: {k: 0 for k in ks} for s in students}
+    count = 0
+    for batch in batches(records, batch_tokens, seed=0):
         batch = batch.to(stack.device)
         signals = teacher(stack, batch, layers, vocab_ids, keys_values)
         target_top = signals["logprobs"].argmax(-1)
@@ -375,7 +401,7 @@ def heldout_agreement(stack, students, heldout, vocab_ids, batch_tokens, layers,
             ranked = logits.topk(max(ks), dim=-1).indices
             for k in ks:
                 hits[s.name][k] += int((ranked[:, :k] == target_top[:, None]).any(-1).sum())
-    return {name: {k: hit / count if count else None for k, hit in by_k.items()} for name, by_k in hits.items()}
+    return hits, count
 
 
 def _eagle_eval(student: EagleStudent, batch, signals):
