@@ -126,7 +126,7 @@ def family(events: Sequence[Event]) -> str:
         return "moa-nolsa" if config.get("lsa") is False or name.endswith("-nolsa") else "moa"
     if method == "eagle":
         draft = config.get("draft", "eagle")
-        return "eagle" if draft == "eagle" or str(draft).startswith("eagle-") else "tiny"
+        return "eagle" if str(draft).startswith("eagle") else "tiny"  # eagle, eagle-matched, eagle3: hidden states
     return method or "run"
 
 
