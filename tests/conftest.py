@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -46,6 +47,16 @@ def write_answer_corpus(engine: Engine, path, prompts: int, answer_tokens: int, 
             answer = engine.run(prompt, "ar", max_new_tokens=answer_tokens).token_ids
             out.write(json.dumps({"id": f"q{i}", "category": "qa", "mode": "greedy", "turn": 0, "temperature": 0.0,
                                   "seed": 0, "prompt_ids": prompt, "answer_ids": answer}) + "\n")
+
+
+def trainer_setup(tmp_path_factory, name: str, prompts: int, answer_tokens: int) -> tuple[Engine, Path, Path]:
+    """A tiny target (4 layers, vocabulary 64) and its miniature distillation corpus in a fresh folder: what every
+    trainer test starts from, sized by the test."""
+    root = tmp_path_factory.mktemp(name)
+    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
+    corpus = root / "corpus.jsonl"
+    write_answer_corpus(engine, corpus, prompts=prompts, answer_tokens=answer_tokens)
+    return engine, corpus, root
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engines import Engine
 from engines.drafters.trained import load_trained
 from engines.training.agreement import topk_agreement
 from engines.training.corpus import read_corpus
@@ -16,17 +15,13 @@ from engines.training.recipes import heldout_sample, train_drafters
 from engines.training.train import TrainConfig
 from specviz.experiments.drafter_compare import compare_drafters, head_escape_rates
 from specviz.views.drafter_compare import tau_vs_acceptance_figure
-from tests.conftest import tiny_llama, write_answer_corpus
+from tests.conftest import trainer_setup
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A tiny target that answers 60 random prompts greedily: a miniature distillation corpus."""
-    root = tmp_path_factory.mktemp("drafts")
-    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
-    corpus = root / "corpus.jsonl"
-    write_answer_corpus(engine, corpus, prompts=60, answer_tokens=24)
-    return engine, corpus, root
+    return trainer_setup(tmp_path_factory, "drafts", prompts=60, answer_tokens=24)
 
 
 def _train(setup, monkeypatch, kind, draft_vocab_size=48, **options):

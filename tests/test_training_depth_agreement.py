@@ -5,12 +5,11 @@ are reported apart by who wrote their prompts."""
 import pytest
 import torch
 
-from engines import Engine
 from engines.training.agreement import _count, by_provenance, depth_agreement, topk_agreement
 from engines.training.corpus import read_corpus
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
-from tests.conftest import tiny_llama, write_answer_corpus
+from tests.conftest import trainer_setup
 
 
 def test_alpha_is_the_share_right_where_every_earlier_draft_was_right():
@@ -29,11 +28,7 @@ def test_alpha_is_the_share_right_where_every_earlier_draft_was_right():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("depth")
-    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
-    corpus = root / "corpus.jsonl"
-    write_answer_corpus(engine, corpus, prompts=16, answer_tokens=16)
-    return engine, corpus, root
+    return trainer_setup(tmp_path_factory, "depth", prompts=16, answer_tokens=16)
 
 
 def test_depth_agreement_of_an_eagle3_head_and_an_exit_head(trained, monkeypatch):

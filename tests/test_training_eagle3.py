@@ -5,23 +5,18 @@ losslessly through chains and trees, and the old EAGLE head's card still loads."
 import pytest
 import torch
 
-from engines import Engine
 from engines.drafters.eagle3_head import Eagle3Head, check_feature_layers, default_feature_layers
 from engines.drafters.heads import EagleHead
 from engines.training.data import Batch, teacher
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
 from engines.training.ttt import ttt_mask, unroll
-from tests.conftest import tiny_llama, write_answer_corpus
+from tests.conftest import trainer_setup
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eagle3")
-    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
-    corpus = root / "corpus.jsonl"
-    write_answer_corpus(engine, corpus, prompts=40, answer_tokens=24)
-    return engine, corpus, root
+    return trainer_setup(tmp_path_factory, "eagle3", prompts=40, answer_tokens=24)
 
 
 def test_ttt_mask_lets_step_j_see_its_chain_and_the_target_fed_keys_before_it():

@@ -12,23 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines import Engine
 from engines.training import checkpoint
 from engines.training.data import draft_vocabulary, split_corpus
 from engines.training.recipes import build_students
 from engines.training.train import TrainConfig, fit
-from tests.conftest import tiny_llama, write_answer_corpus
+from tests.conftest import trainer_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume")
-    engine = Engine(tiny_llama(vocab=64, layers=4, seed=3, logit_scale=3.0))
-    corpus = root / "corpus.jsonl"
-    write_answer_corpus(engine, corpus, prompts=30, answer_tokens=16)
-    return engine, corpus, root
+    return trainer_setup(tmp_path_factory, "resume", prompts=30, answer_tokens=16)
 
 
 class Killed(Exception):
