@@ -117,6 +117,15 @@ def test_the_avx2_switch_changes_the_flags_and_the_key_and_refuses_other_values(
         library.isa()
 
 
+def test_extra_compiler_flags_join_the_flags_and_the_key(monkeypatch):
+    """SPECVIZ_NATIVE_CFLAGS (the stage clock, other tiles) builds apart: an experiment never loads the default build."""
+    monkeypatch.delenv(library.CFLAGS_VARIABLE, raising=False)
+    plain = library.flags()
+    monkeypatch.setenv(library.CFLAGS_VARIABLE, " -DSPECVIZ_STAGE_CLOCK  -DRM=8 ")
+    assert library.flags() == plain + ["-DSPECVIZ_STAGE_CLOCK", "-DRM=8"]
+    assert library._digest("int x;", "/usr/bin/gcc", library.flags()) != library._digest("int x;", "/usr/bin/gcc", plain)
+
+
 def test_an_avx2_build_on_a_cpu_without_avx2_is_not_loaded(fresh, monkeypatch):
     """A build using AVX2 on a CPU without it would die of SIGILL on its first step: PyTorch's path runs."""
     monkeypatch.setattr(library.platform, "machine", lambda: "x86_64")
