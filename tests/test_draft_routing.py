@@ -108,22 +108,15 @@ def card_for(stack, name: str, kind: str, **fields) -> dict:
             "vocab_size": stack.config.vocab_size, "draft_vocab_size": len(DRAFT_VOCAB), **fields}
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    """A deep vocabulary-8 target with every kind of drafter the methods take, saved as shipped ones: a
-    separate draft model, an exit head at layer 1 restricted to ``DRAFT_VOCAB``, a speculative-streaming
-    draft with two lookahead streams, MoA drafters (TLI 0 and 1) and CATS adapters at layers 1 and 2."""
+def save_every_drafter(engine: Engine) -> None:
+    """Save, as shipped drafters under ``SPECVIZ_DRAFTS``, one of every trained kind the methods take for
+    ``engine``'s target: an exit head at layer 1 restricted to ``DRAFT_VOCAB``, a speculative-streaming draft with
+    two distinct lookahead streams, MoA drafters (TLI 0 and 1), and CATS adapters at layers 1 and 2."""
     from engines.drafters.moa_head import moa_name
     from tests.test_cats import with_random_adapters
     from tests.test_moa import random_moa
 
-    root = tmp_path_factory.mktemp("routing-drafts")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("SPECVIZ_DRAFTS", str(root))
-    engine = Engine(deep_target(layers=3))
-    engine.add_draft("other", tiny_llama(vocab=8, layers=1, seed=2, logit_scale=4.0))
-    stack = engine.target
-    vocab = torch.tensor(DRAFT_VOCAB)
+    stack, vocab = engine.target, torch.tensor(DRAFT_VOCAB)
     head_card = card_for(stack, "exit@1-norm", "exit_norm", exit_layer=1)
     head = build_module(head_card, stack)
     set_vocab(head, vocab)
@@ -140,6 +133,19 @@ def engine(tmp_path_factory):
                 "draft_vocab_size": stack.config.vocab_size}
         save_trained(card["name"], random_moa(stack, tli, seed=tli), card)
     with_random_adapters(engine, (1, 2))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """A deep vocabulary-8 target with every kind of drafter the methods take, saved as shipped ones: a
+    separate draft model, an exit head at layer 1 restricted to ``DRAFT_VOCAB``, a speculative-streaming
+    draft with two lookahead streams, MoA drafters (TLI 0 and 1) and CATS adapters at layers 1 and 2."""
+    root = tmp_path_factory.mktemp("routing-drafts")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SPECVIZ_DRAFTS", str(root))
+    engine = Engine(deep_target(layers=3))
+    engine.add_draft("other", tiny_llama(vocab=8, layers=1, seed=2, logit_scale=4.0))
+    save_every_drafter(engine)
     yield engine
     engine.close()
     patch.undo()

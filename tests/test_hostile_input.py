@@ -67,31 +67,13 @@ CONTEXT, PROMPT_TOKENS, NEW_TOKENS = 64, 50, 14  # the prompt and the answer fil
 @pytest.fixture(scope="module")
 def end_engine(tmp_path_factory):
     """The routing test's engine (every kind of drafter) with a 64-token context window."""
-    from engines.drafters.moa_head import moa_name
-    from engines.drafters.trained import build_module, save_trained, set_vocab
-    from tests.test_cats import with_random_adapters
-    from tests.test_draft_routing import DRAFT_VOCAB, card_for, deep_target
-    from tests.test_moa import random_moa
+    from tests.test_draft_routing import deep_target, save_every_drafter
 
     patch = pytest.MonkeyPatch()
     patch.setenv("SPECVIZ_DRAFTS", str(tmp_path_factory.mktemp("end-drafts")))
     engine = Engine(with_context(deep_target(layers=3), CONTEXT))
     engine.add_draft("other", with_context(tiny_llama(vocab=8, layers=1, seed=2, logit_scale=4.0), CONTEXT))
-    stack, vocab = engine.target, torch.tensor(DRAFT_VOCAB)
-    head_card = card_for(stack, "exit@1-norm", "exit_norm", exit_layer=1)
-    head = build_module(head_card, stack)
-    set_vocab(head, vocab)
-    save_trained(head_card["name"], head, head_card)
-    ss_card = card_for(stack, "ss", "ss", layers=1, stream_layers=1, streams=2, trained_layers=[0])
-    streaming = build_module(ss_card, stack)
-    set_vocab(streaming, vocab)
-    save_trained(ss_card["name"], streaming, ss_card)
-    for tli in (0, 1):
-        card = {"name": moa_name(tli), "kind": "moa", "tli": tli, "lsa": True, "target_layers": stack.n_layers,
-                "hidden_size": stack.config.hidden_size, "vocab_size": stack.config.vocab_size,
-                "draft_vocab_size": stack.config.vocab_size}
-        save_trained(card["name"], random_moa(stack, tli, seed=tli), card)
-    with_random_adapters(engine, (1, 2))
+    save_every_drafter(engine)
     yield engine
     engine.close()
     patch.undo()
