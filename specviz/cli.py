@@ -201,15 +201,16 @@ def human_corpus(args, chunks: list[int], modes) -> int:
     import time
 
     from engines.training.corpus_chunks import build_prompt_chunks, summary
-    from engines.training.human_prompts import INSTALL, check_apart, human_prompts, read_eval_prompts
+    from engines.training.human_prompts import INSTALL, check_apart, human_prompts
     from engines.training.recipes import DEFAULT_CORPUS
 
     from .distill_prompts import DEFAULT_EVAL
+    from .prompts import load_prompts
 
     if args.install:
         subprocess.run([sys.executable, "-m", *INSTALL.split()], check=True)
     prompts = human_prompts([s.strip() for s in args.human_sources.split(",") if s.strip()], args.seed)
-    evaluation = read_eval_prompts(DEFAULT_EVAL)
+    evaluation = [vars(prompt) for prompt in load_prompts(DEFAULT_EVAL)]  # question_id, category, turns
     out = Path(args.out) if args.out else DEFAULT_CORPUS.parent / "human"
     engine = Engine.load(dtype=args.dtype, device=args.device)
     for first in range(0, len(chunks), args.together):

@@ -163,10 +163,6 @@ def check_apart(prompts: Iterable[dict], eval_prompts: Iterable[dict]) -> None:
         raise ValueError(f"{len(clashes)} human-written training turn(s) overlap evaluation prompts: {shown}")
 
 
-def read_eval_prompts(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def _record(qid: str, category: str, turns: list[str], source: str, topic: str) -> dict:
     return {"question_id": qid, "category": category, "turns": turns, "topic": topic, "source": source,
             "written_by": "human"}
