@@ -263,7 +263,10 @@ def train_command(args) -> int:
         except ValueError:
             raise ValueError(f"feature-layers must be three comma-separated layers, got {args.feature_layers!r}") \
                 from None
-        options = {"feature_layers": layers, "ttt_depth": args.ttt_depth, "hass_top_k": args.hass_top_k}
+        options = {"feature_layers": layers, "ttt_depth": args.ttt_depth, "hass_top_k": args.hass_top_k,
+                   "init_from": args.init_from}
+    elif args.init_from is not None:
+        raise ValueError(f"init-from is an eagle3 option, got it with drafter {args.drafter!r}")
     if args.checkpoint_minutes < 0:
         raise ValueError(f"checkpoint-minutes must be >= 0, got {args.checkpoint_minutes}")
     engine = Engine.load(dtype=args.dtype, device=args.device)

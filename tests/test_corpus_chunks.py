@@ -62,6 +62,7 @@ def test_a_folder_of_finished_chunks_reads_as_one_corpus(tmp_path):
     write_lines_atomic(chunk_path(tmp_path, 1), (json.dumps(r) for r in records[2:]))
     (tmp_path / "chunk-002.partial.jsonl").write_text(json.dumps(records[0]) + "\n")  # unfinished: not read
     assert read_corpus(tmp_path) == records
+    assert read_corpus(chunk_path(tmp_path, 1)) == records[2:]  # one chunk alone: a slice of a folder in a mix
     made = summary(tmp_path)
     assert made["chunks"] == 2 and made["answers"] == 4 and made["answer_tokens"] == 1 + 2 + 3 + 4
 

@@ -84,6 +84,42 @@ def test_eagle3_trains_drafts_losslessly_and_the_old_head_still_loads(setup, mon
     assert type(loaded) is EagleHead and loaded.observe_layers == (4,)
 
 
+def test_a_head_started_from_an_eagle_head_drafts_its_first_token_as_that_head_does(setup):
+    """``--init-from``: the fusion passes the last layer (through the final norm the EAGLE head reads it with) and
+    the output norm only rescales, so the first draft's features are the EAGLE head's, normed, and its argmax
+    is the EAGLE head's; a high layer other than the last, or a state of another shape, is refused."""
+    stack = setup[0].target
+    torch.manual_seed(1)
+    eagle = EagleHead(stack, torch.arange(64)).float()
+    with torch.no_grad():
+        for p in eagle.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    last = stack.n_layers
+    head = Eagle3Head(stack, torch.arange(64), (1, 2, last)).float()
+    head.start_from(eagle.state_dict())
+    ids = torch.randint(0, 64, (1, 10))
+    signals = teacher(stack, Batch(ids, torch.ones_like(ids, dtype=torch.bool)), (1, 2, last), torch.arange(64))
+    seen = {layer: signals["hidden"][layer] for layer in (1, 2, last)}
+    embeddings = stack.embed(ids[:, 1:]).float()
+    with torch.no_grad():
+        old = eagle.features(embeddings, eagle.target_feature(eagle.observed_rows(seen, 10))[:, :-1])
+        new = head.features(embeddings, head.target_feature(head.observed_rows(seen, 10))[:, :-1])
+        assert torch.allclose(new, head.out_norm(old), atol=1e-5)
+        assert torch.equal(head(new).argmax(-1), eagle(old).argmax(-1))
+    with pytest.raises(ValueError, match="feature_layers must end at the last layer"):
+        Eagle3Head(stack, torch.arange(64), (1, 2, 3)).start_from(eagle.state_dict())
+    with pytest.raises(ValueError, match="lacks or misshapes"):
+        head.start_from({"fc.weight": torch.zeros(1)})
+
+
+def test_init_from_names_a_shipped_drafter(tmp_path, monkeypatch):
+    from engines.training.recipes import shipped_state
+
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(tmp_path))
+    with pytest.raises(ValueError, match="init-from must name a drafter in .*'nowhere'"):
+        shipped_state("nowhere")
+
+
 def test_feature_layers_are_checked():
     assert default_feature_layers(30) == (2, 15, 27)
     assert check_feature_layers((3, 1, 2), 4) == (1, 2, 3)

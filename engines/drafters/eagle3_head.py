@@ -55,6 +55,28 @@ class Eagle3Head(EagleHead):
     def output_feature(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.out_norm(hidden)
 
+    def start_from(self, eagle_state: dict[str, torch.Tensor]) -> None:
+        """Begin where a trained EAGLE head is (its ``fc`` and decoder layer), so a short run refines that head
+        instead of learning a layer from the target's copy. Why it starts equal to it: with the last layer as the
+        high feature (its norm is the final norm the EAGLE head reads through) and the fusion passing that layer
+        alone, the first draft's input is the EAGLE head's; the output norm, set to ones, only rescales the
+        logits, so the first draft's argmax is the EAGLE head's too. ValueError if the high layer is not the
+        last or the state is no EAGLE head of this shape."""
+        last = self.stack.n_layers
+        if self.feature_layers[2] != last:
+            raise ValueError(f"feature_layers must end at the last layer ({last}) to start from an EAGLE head, "
+                             f"got {list(self.feature_layers)}")
+        wanted = {f"fc.{k}": v for k, v in self.fc.state_dict().items()}
+        wanted.update({f"layer.{k}": v for k, v in self.layer.state_dict().items()})
+        wrong = sorted(k for k, v in wanted.items() if k not in eagle_state or eagle_state[k].shape != v.shape)
+        if wrong:
+            raise ValueError(f"the EAGLE head to start from lacks or misshapes {wrong[:3]} "
+                             f"({len(wrong)} of {len(wanted)} tensors)")
+        with torch.no_grad():
+            for name, tensor in wanted.items():
+                tensor.copy_(eagle_state[name])
+            self.out_norm.weight.fill_(1.0)
+
     @property
     def observe_layers(self) -> tuple[int, ...]:
         return self.feature_layers

@@ -52,13 +52,15 @@ def parse_modes(text: str) -> list[Mode]:
 
 
 def read_corpus(path: str | Path) -> list[dict]:
-    """A corpus file (JSON lines), or a folder of finished chunks (engines/training/corpus_chunks.py). A line
-    that is not a whole record (a run killed mid-line) is skipped and said once; so is a damaged chunk."""
+    """A corpus file (JSON lines), a folder of finished chunks (engines/training/corpus_chunks.py) or one finished
+    chunk (``chunk-NNN.jsonl.gz``: a slice of a large folder in a mix). A line that is not a whole record (a run
+    killed mid-line) is skipped and said once; so is a damaged chunk."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() or path.name.endswith(".jsonl.gz"):
         from engines.training.corpus_chunks import finished_chunks, read_chunk
 
-        return [record for chunk in finished_chunks(path) for record in read_chunk(chunk) or []]
+        chunks = finished_chunks(path) if path.is_dir() else [path]
+        return [record for chunk in chunks for record in read_chunk(chunk) or []]
     if not path.exists():
         return []
     records, why = whole_records(path)

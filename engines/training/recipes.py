@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from engines.drafters.eagle3_head import Eagle3Head
+from engines.drafters.eagle3_head import Eagle3Head, default_feature_layers
 from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
 from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.model_draft import tiny_model
@@ -46,7 +46,8 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
                    top_k: int = 20, tli: tuple[int, ...] = (0,), lsa: bool = True, share_lsa: bool = True,
                    ablation: bool = False, control: str | None = None,
                    seed: int = 0, feature_layers: tuple[int, ...] | None = None,
-                   ttt_depth: int | None = None, hass_top_k: int = 0) -> tuple[list[Student], dict]:
+                   ttt_depth: int | None = None, hass_top_k: int = 0,
+                   init_from: str | None = None) -> tuple[list[Student], dict]:
     """Students for ``kind`` (exit | eagle | eagle3 | tiny | ss | cats | moa) and the card fields each one adds.
 
     ``ss`` uses ``tiny_layers`` and puts its ``streams`` in the ``tiny_trained`` top layers. ``cats`` trains the
@@ -68,7 +69,7 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
     if kind == "eagle":
         return [EagleStudent("eagle", EagleHead(stack, vocab_ids).float(), stack)], {"eagle": {"kind": "eagle"}}
     if kind == "eagle3":
-        return eagle3_students(stack, vocab_ids, feature_layers, ttt_depth, hass_top_k)
+        return eagle3_students(stack, vocab_ids, feature_layers, ttt_depth, hass_top_k, init_from=init_from)
     if kind == "tiny":
         if not 1 <= tiny_trained <= tiny_layers < stack.n_layers:
             raise ValueError(f"tiny needs 1 <= trained ({tiny_trained}) <= layers ({tiny_layers}) < {stack.n_layers}")
@@ -130,19 +131,40 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
 
 def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: tuple[int, ...] | None = None,
                     ttt_depth: int | None = None, hass_top_k: int = 0,
-                    name: str = "eagle3") -> tuple[list[Student], dict]:
+                    name: str = "eagle3", init_from: str | None = None) -> tuple[list[Student], dict]:
     """EAGLE-3: three layers' features fused, trained by training-time test to ``ttt_depth`` (default: the
     ``eagle`` method's draft depth), with HASS's top-K objective added where ``hass_top_k`` > 0. Its card says
-    its architecture, so the old ``eagle`` head still loads."""
+    its architecture, so the old ``eagle`` head still loads. ``init_from`` names a shipped EAGLE head to start
+    from (:meth:`Eagle3Head.start_from`; then the high feature layer defaults to the last)."""
     from engines.methods.eagle import EagleConfig
     from engines.training.ttt import Eagle3Student
 
     depth = EagleConfig.depth if ttt_depth is None else ttt_depth
+    if init_from is not None and feature_layers is None:
+        low, middle, _ = default_feature_layers(stack.n_layers)
+        feature_layers = (low, middle, stack.n_layers)
     head = Eagle3Head(stack, vocab_ids, feature_layers).float()
+    if init_from is not None:
+        head.start_from(shipped_state(init_from))
     student = Eagle3Student(name, head, stack, depth, hass_top_k)
     loss = EAGLE3_LOSS.format(depth=depth) + (HASS_LOSS.format(k=hass_top_k) if hass_top_k else "")
-    return [student], {name: {"kind": "eagle", "architecture": "eagle3", "feature_layers": list(head.feature_layers),
-                              "ttt_depth": depth, "hass_top_k": hass_top_k, "training_loss": loss}}
+    card = {"kind": "eagle", "architecture": "eagle3", "feature_layers": list(head.feature_layers),
+            "ttt_depth": depth, "hass_top_k": hass_top_k, "training_loss": loss}
+    if init_from is not None:
+        card["initialised_from"] = init_from
+    return [student], {name: card}
+
+
+def shipped_state(name: str) -> dict[str, torch.Tensor]:
+    """A shipped drafter's trained tensors (``drafts_dir()/name/model.safetensors``), in fp32."""
+    from safetensors.torch import load_file
+
+    from engines.drafters.trained import drafts_dir
+
+    path = drafts_dir() / name / "model.safetensors"
+    if not path.is_file():
+        raise ValueError(f"init-from must name a drafter in {drafts_dir()}, got {name!r} (no {path})")
+    return {key: tensor.float() for key, tensor in load_file(str(path)).items()}
 
 
 EAGLE3_LOSS = ("Σ_{{j=1..{depth}}} KL(target ‖ head at draft step j) on the draft vocabulary, the head unrolled on "
