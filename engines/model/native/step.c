@@ -40,7 +40,9 @@
  * (scripts/check_native_asm.py counts stack moves in the built library's products). Measured on a 2-core Zen 4
  * (bf16, interleaved A/B of whole forwards): 6 × 4 beat 24 × 1 and 8 × 2 by 5–15% at 8–24 rows.
  *   AVX-512 (32 zmm): 6 × 4 → 24 + 4 + 1;  AVX2 (16 ymm): 5 × 2 → 10 + 2 + 1 (+ the bf16 widening's temporary);
- *   NEON (32 q): 6 × 4;  anything else (SSE2's 16 xmm): 5 × 2. */
+ *   NEON (32 q): 5 × 4 → 20 + 4 + the rows' inputs (its multiply takes a lane of a register, not memory: 6 × 4
+ *   spilled inside the loop with GCC 12, 5 × 4 does not with GCC 12 or clang 14; scripts/arm_check.py);
+ *   anything else (SSE2's 16 xmm): 5 × 2. */
 #if defined(__AVX512F__)
 #define VL 16
 #define RM_DEFAULT 6
@@ -53,7 +55,7 @@
 #define SPECVIZ_ISA "avx2"
 #elif defined(__aarch64__) || defined(__ARM_NEON)
 #define VL 4
-#define RM_DEFAULT 6
+#define RM_DEFAULT 5
 #define RN_DEFAULT 4
 #define SPECVIZ_ISA "neon"
 #else
@@ -148,7 +150,14 @@ static inline vf load_f32(const float *p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
+#if defined(__aarch64__) || defined(__ARM_NEON)
+/* memcpy of a generic vector made GCC 12 for AArch64 store each accumulator to the stack and copy it out through
+ * general registers; a store of a vector type that may sit at any float's address is one instruction */
+typedef float vf_unaligned __attribute__((vector_size(VL * 4), aligned(4), may_alias));
+static inline void store_f32(float *p, vf v) { *(vf_unaligned *)p = v; }
+#else
 static inline void store_f32(float *p, vf v) { memcpy(p, &v, sizeof v); }
+#endif
 static inline vf load_bf16(const uint16_t *p) { /* one widening load: generic vectors make GCC split it in two */
 #if VL == 16 && defined(__AVX512F__)
     return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
