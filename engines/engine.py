@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -468,8 +469,12 @@ class Engine:
         token_ids: list[int] = []
         stop_reason = "max_new_tokens"
         steps = method.decode(ctx)
+        native = self.target.native
+        trusted = native.trusted_during(ctx) if native is not None else nullcontext()
         while True:
-            with torch.inference_mode():  # only around the engine's own work, never the consumer's code
+            # only around the engine's own work, never the consumer's code: no autograd, and the target's
+            # weights checked once in this run (NativeStep.trusted_during)
+            with torch.inference_mode(), trusted:
                 event = next(steps, None)
             if event is None:
                 break

@@ -203,6 +203,68 @@ def test_a_streamed_weight_is_checked_again_when_its_pointer_changes(stack):
         k.data = original
 
 
+def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused_once_the_run_ends(stack):
+    """``trusted_during``: the second step of a run reads no weight (the check the trust saves), a weight swapped
+    mid-run reaches C only through what the run's memo holds (the old weights' bits, no crash), and a forward
+    outside the run, or the next run, checks again and refuses the swap. A streamed layer is never trusted."""
+    reference = expected(stack)
+    native = stack.native
+    looked_up = []
+    original_weights = native_step._weights
+    native_step._weights = lambda layer: looked_up.append(layer) or original_weights(layer)
+    q = stack.layers[1].self_attn.q_proj.weight
+    original = q.data
+    try:
+        run_token = object()
+        with native.trusted_during(run_token):
+            run(stack)
+        assert len(looked_up) == 2  # both layers checked once
+        with native.trusted_during(run_token):
+            assert torch.allclose(run(stack), reference, atol=1e-5)
+            q.data = original.t()  # swapped mid-run: not looked at, the run goes on with what it checked
+            assert torch.allclose(run(stack), reference, atol=1e-5)
+            assert torch.equal(run(stack, n=3, layers=list(stack.layers)),
+                               run(stack, n=3))  # and the trust is the same with layers named again
+        assert len(looked_up) == 2
+        with pytest.raises(ValueError, match=r"self_attn.q_proj.weight of layer 1 must be float32 .*non-contiguous"):
+            run(stack)  # outside the run: checked
+        with pytest.raises(ValueError, match=r"self_attn.q_proj.weight of layer 1"), native.trusted_during(object()):
+            run(stack)  # the next run: checked
+        q.data = original
+        with native.trusted_during(run_token):
+            hidden = stack.embed([3, 4, 5])
+            with torch.inference_mode():
+                native.layers(list(stack.layers), hidden, torch.arange(3)[None], None, stack.new_cache(16),
+                              trusted=False)
+        assert len(looked_up) > 2 + 2  # untrusted (a streamed layer's call): looked up every time
+    finally:
+        native_step._weights = original_weights
+        q.data = original
+    assert_still_works(stack, reference)
+
+
+def test_an_engine_run_trusts_its_own_steps_only():
+    """Engine runs wrap each step in the trust of that run, and not the consumer's code between events."""
+    engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
+    native = engine.target.native
+    seen = []
+    original = native_step.NativeStep._weight_pointers
+
+    def spy(self, layer, index, trusted=False):
+        seen.append((trusted, self._run))
+        return original(self, layer, index, trusted)
+
+    native_step.NativeStep._weight_pointers = spy
+    try:
+        events = engine.generate([5, 6, 7], "ar", max_new_tokens=4)
+        for _ in events:
+            assert native._run is None  # the consumer's code runs untrusted
+    finally:
+        native_step.NativeStep._weight_pointers = original
+    runs = {id(run) for _, run in seen}
+    assert seen and all(trusted for trusted, _ in seen) and len(runs) == 1 and all(run is not None for _, run in seen)
+
+
 # --- head() and linear() ----------------------------------------------------------------------------------------
 def test_wrong_head_shapes_are_refused(stack):
     native, norm, head = stack.native, stack.backbone.norm, stack.model.lm_head.weight

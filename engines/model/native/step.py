@@ -243,6 +243,7 @@ class NativeStep:
         # what was checked, by what would change if it did (see _key): layers by id, caches weakly
         self._checked_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._checked_heads: set[tuple] = set()
+        self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -305,7 +306,19 @@ class NativeStep:
         _checked(self.lib.specviz_pack(rows.data_ptr(), rows.shape[0], rows.shape[1], bf16, out.data_ptr()), "pack")
         return out
 
-    def _weight_pointers(self, layer: nn.Module, index: int) -> tuple[int, ...]:
+    def trusted_during(self, run: object) -> "TrustedRun":
+        """The engine's own work of one decode run (``Engine._run_events`` wraps each of its steps): a layer
+        checked once in ``run`` keeps its addresses for the rest of it, unchecked. Why: the check reads nine
+        weights a layer, 270 tensors, and on the caches a step has just flushed by streaming its weights that
+        took about 1 ms of a 13 ms step (docs/verify-cost.md); nothing else can reach a run's weights while its
+        engine works, and a `param.data = …` leaves no cheaper trace (no version, no hook, the same pointer for
+        a view). Between events the consumer's code runs untrusted: a forward it makes is checked in full (and
+        the run's next step checks again); a weight it swaps without one is seen by the next run at the latest,
+        this one going on with the weights it checked. Never a crash: the addresses a run reuses belong to
+        tensors its memo holds (``_weight_pointers``)."""
+        return TrustedRun(self, run)
+
+    def _weight_pointers(self, layer: nn.Module, index: int, trusted: bool = False) -> tuple[int, ...]:
         """The packed products' and the norms' addresses for one layer, its weights checked against the model's
         shapes whenever they change (q ``[heads·head_dim, d]``, k and v ``[kv_heads·head_dim, d]``, o ``[d,
         heads·head_dim]``, gate and up ``[inter, d]``, down ``[d, inter]``, the norms ``[d]``; the step's dtype,
@@ -313,14 +326,20 @@ class NativeStep:
         copies took ~2.5 ms of a 13 ms step for 30 layers. The addresses are reused while the layer holds the same
         weight tensors (a streamed layer gets new ones each time), each keeps its pointer, shape, dtype and
         layout, and the first and last product weights keep their versions (training and loading a state dict
-        change them all in place). Only the packed copies, which the step owns, and the norms reach C."""
+        change them all in place). Only the packed copies, which the step owns, and the norms reach C.
+        ``trusted``: inside :meth:`trusted_during`, a layer already checked in that run is not checked again;
+        its memo holds the packed copies and the norms' storage, so its addresses stay valid whatever happens
+        to the weights meanwhile."""
+        found = layer.__dict__.get("_specviz_weights")
+        if trusted and found is not None and self._run is not None and found[3] is self._run:
+            return found[2]
         try:
             weights = _weights(layer)  # looked up every call: a replaced module is seen
         except (KeyError, AttributeError) as missing:
             raise ValueError(f"layer {index} is no Llama layer the native step computes (it lacks {missing})") from None
         key = _key(weights)  # every weight's pointer, shape, dtype and layout: a weight changed under the
         now = None if key is None else (key, _version(weights[0]), _version(weights[6]))  # layer is checked again
-        found = layer.__dict__.get("_specviz_weights")
+        run = self._run if trusted else None
         if (found is None or now is None or now != found[1]
                 or any(new is not old for new, old in zip(weights, found[0]))):
             for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
@@ -329,7 +348,13 @@ class NativeStep:
             gate_up = self.packed_pair(weights[4], weights[5])
             addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), gate_up.data_ptr(),
                                down.data_ptr()] + [w.data_ptr() for w in weights[7:]])
-            found = (weights, now, addresses)
+            # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
+            # frees nothing a trusted call still reads
+            held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:]))
+            found = (weights, now, addresses, run, held)
+            layer.__dict__["_specviz_weights"] = found
+        elif found[3] is not run:
+            found = (*found[:3], run, found[4])
             layer.__dict__["_specviz_weights"] = found
         return found[2]
 
@@ -340,9 +365,11 @@ class NativeStep:
                 and (cache is None or isinstance(cache, KVCache)))
 
     def layers(self, layers: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor,
-               mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
+               mask: torch.Tensor | None, cache: KVCache | None, trusted: bool = True) -> torch.Tensor:
         """Layers in sequence on ``hidden`` ``[1, n, d]``; their keys and values are appended to ``cache``.
-        Every argument is checked first (:func:`require`): a wrong one raises ``ValueError`` naming it."""
+        Every argument is checked first (:func:`require`): a wrong one raises ``ValueError`` naming it; the
+        weights of a layer already checked in the run under way only where ``trusted`` (:meth:`trusted_during`;
+        a streamed layer's weights change within a run, so ``native_pass`` passes ``False`` for it)."""
         n = self._rows(hidden)
         if not layers:
             raise ValueError("layers must name at least one layer")
@@ -361,8 +388,8 @@ class NativeStep:
         allowed = self._allowed(mask, n, prefix + n)
         pointers = (LayerPointers * len(layers))()
         for slot, (layer, index, i) in enumerate(zip(layers, indices, slots)):
-            pointers[slot] = LayerPointers(*self._weight_pointers(layer, index), cache.keys[i].data_ptr(),
-                                           cache.values[i].data_ptr())
+            addresses = self._weight_pointers(layer, index, trusted)
+            pointers[slot] = LayerPointers(*addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr())
         out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
         threads = torch.get_num_threads()
         shape = self.shape(cache.capacity)
@@ -495,6 +522,22 @@ class NativeStep:
         return slots
 
 
+class TrustedRun:
+    """A context, entered anew around each of a run's steps, in which ``native``'s layers checked in ``run`` are
+    not checked again (:meth:`NativeStep.trusted_during`)."""
+
+    def __init__(self, native: NativeStep, run: object):
+        self.native, self.run, self._previous = native, run, []
+
+    def __enter__(self) -> "TrustedRun":
+        self._previous.append(self.native._run)
+        self.native._run = self.run
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.native._run = self._previous.pop()
+
+
 def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: torch.Tensor,
                 mask: torch.Tensor | None, cache) -> torch.Tensor:
     """``layers`` through the native step: unhooked neighbours in one call, a hooked layer (weights streamed in
@@ -506,7 +549,7 @@ def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: tor
                 hidden, group = native.layers(group, hidden, positions, mask, cache), []
             for hook in list(layer._forward_pre_hooks.values()):
                 hook(layer, (hidden,))
-            output = native.layers([layer], hidden, positions, mask, cache)
+            output = native.layers([layer], hidden, positions, mask, cache, trusted=False)
             for hook in list(layer._forward_hooks.values()):
                 hook(layer, (hidden,), output)
             hidden = output
