@@ -33,6 +33,10 @@ from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from check_native_asm import product_functions  # noqa: E402
+
 STEP = ROOT / "engines" / "model" / "native" / "step.c"
 HARNESS = ROOT / "scripts" / "arm_check.c"
 COMMON = ["-O3", "-ffp-contract=fast", f'-DSTEP_C="{STEP}"']
@@ -44,35 +48,20 @@ BUILDS = {  # name → (compiler command, flags): the two compilers an ARM user'
 TOOLS = ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump", "qemu-aarch64", "clang", "cc")
 BRANCH = re.compile(r"\s(b|b\.\w+|cbn?z|tbn?z|ret|br)\s")
 STACK_VECTOR = re.compile(r"\s(str|ldr|stp|ldp|stur|ldur)\s+q\d+.*\[sp")
-FUNCTION = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$")
 
 
 def hot_loop_spills(disassembly: str) -> dict:
     """Per product function: q registers moved to or from the stack in blocks that also multiply, and fmlas."""
-    functions: dict[str, dict] = {}
-    current, block = None, []
-
-    def close_block():
-        if current is not None and any("fmla" in line for line in block):
-            current["spills"] += sum(1 for line in block if STACK_VECTOR.search(line))
-        block.clear()
-
-    for line in disassembly.splitlines():
-        found = FUNCTION.match(line.strip())
-        if found:
-            close_block()
-            name = found["name"]
-            current = functions.setdefault(name, {"spills": 0, "multiplies": 0}) if (
-                "product" in name or "tile" in name) else None
-            continue
-        if current is None:
-            continue
-        block.append(line)
-        if "fmla" in line:
-            current["multiplies"] += 1
-        if BRANCH.search(line):
-            close_block()
-    close_block()
+    functions = {}
+    for name, lines in product_functions(disassembly).items():
+        spills, block = 0, []
+        for line in lines + [" ret "]:  # a function's last block ends with it
+            block.append(line)
+            if BRANCH.search(line):
+                if any("fmla" in instruction for instruction in block):
+                    spills += sum(1 for instruction in block if STACK_VECTOR.search(instruction))
+                block = []
+        functions[name] = {"spills": spills, "multiplies": sum(1 for line in lines if "fmla" in line)}
     return functions
 
 

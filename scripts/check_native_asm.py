@@ -53,24 +53,27 @@ def disassemble(isa: str) -> str:
                           text=True).stdout
 
 
-def count(disassembly: str) -> dict:
-    """Per product function: vector spills and multiplies."""
-    functions: dict[str, dict] = {}
+def product_functions(disassembly: str) -> dict[str, list[str]]:
+    """The instructions of each function whose name holds "product" or "tile" (``objdump -d`` output, any
+    architecture)."""
+    functions: dict[str, list[str]] = {}
     current = None
     for line in disassembly.splitlines():
         found = FUNCTION.match(line.strip())
         if found:
             name = found["name"]
-            current = functions.setdefault(name, {"spills": 0, "multiplies": 0}) if (
-                "product" in name or "tile" in name) else None
-            continue
-        if current is None:
-            continue
-        if re.search(STACK, line) and VECTOR_MOVE.search(line) and WIDE.search(line):
-            current["spills"] += 1
-        if MULTIPLY.search(line):
-            current["multiplies"] += 1
+            current = functions.setdefault(name, []) if "product" in name or "tile" in name else None
+        elif current is not None:
+            current.append(line)
     return functions
+
+
+def count(disassembly: str) -> dict:
+    """Per product function: vector spills and multiplies."""
+    return {name: {"spills": sum(1 for line in lines if re.search(STACK, line) and VECTOR_MOVE.search(line)
+                                 and WIDE.search(line)),
+                   "multiplies": sum(1 for line in lines if MULTIPLY.search(line))}
+            for name, lines in product_functions(disassembly).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
