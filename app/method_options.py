@@ -109,14 +109,16 @@ def shipped_drafters() -> dict[str, str]:
     return {name: read_card(name).get("kind", "") for name in available()}
 
 
-def _natural(name: str) -> tuple:
+def natural_order(name: str) -> tuple:
+    """A sort key that puts numbers in order (``exit@4-norm`` before ``exit@10-norm``, ``eagle3`` before
+    ``eagle-matched``)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def drafters_for_use(use: str, shipped: dict[str, str]) -> tuple[str, ...]:
     """Shipped drafters a method can draft with (``use``: the registry's SPS, TREE, VERDICT, EXIT, MOA)."""
     kinds = set(drafter_kind_names(use))
-    return tuple(sorted((name for name, kind in shipped.items() if kind in kinds), key=_natural))
+    return tuple(sorted((name for name, kind in shipped.items() if kind in kinds), key=natural_order))
 
 
 # Options whose choices depend on another option: rendered after it (eesd's exit layer after its head, …).

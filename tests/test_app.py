@@ -246,7 +246,8 @@ def test_the_draft_box_is_a_select_of_shipped_drafters():
     at = new_app()
     at.selectbox(key="method").set_value("sps").run()
     assert not at.text_input, "no free-text box in the sidebar"
-    assert at.selectbox(key="opt:sps:draft").options == ["self", "suffix", *sorted(drafters_for(SPS))]
+    assert at.selectbox(key="opt:sps:draft").options == ["self", "suffix",
+                                                          *sorted(drafters_for(SPS), key=mo.natural_order)]
     at.selectbox(key="method").set_value("eesd").run()
     at.selectbox(key="opt:eesd:head").set_value("norm").run()
     layers = at.selectbox(key="opt:eesd:exit_layer").options
