@@ -203,7 +203,8 @@ def test_a_streamed_weight_is_checked_again_when_its_pointer_changes(stack):
         k.data = original
 
 
-def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused_once_the_run_ends(stack):
+def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused_once_the_run_ends(stack,
+                                                                                                     monkeypatch):
     """``trusted_during``: the second step of a run reads no weight (the check the trust saves), a weight swapped
     mid-run reaches C only through what the run's memo holds (the old weights' bits, no crash), and a forward
     outside the run, or the next run, checks again and refuses the swap. A streamed layer is never trusted."""
@@ -211,7 +212,7 @@ def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused
     native = stack.native
     looked_up = []
     original_weights = native_step._weights
-    native_step._weights = lambda layer: looked_up.append(layer) or original_weights(layer)
+    monkeypatch.setattr(native_step, "_weights", lambda layer: looked_up.append(layer) or original_weights(layer))
     q = stack.layers[1].self_attn.q_proj.weight
     original = q.data
     try:
@@ -238,12 +239,11 @@ def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused
                               trusted=False)
         assert len(looked_up) > 2 + 2  # untrusted (a streamed layer's call): looked up every time
     finally:
-        native_step._weights = original_weights
         q.data = original
     assert_still_works(stack, reference)
 
 
-def test_an_engine_run_trusts_its_own_steps_only():
+def test_an_engine_run_trusts_its_own_steps_only(monkeypatch):
     """Engine runs wrap each step in the trust of that run, and not the consumer's code between events."""
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
     native = engine.target.native
@@ -254,13 +254,9 @@ def test_an_engine_run_trusts_its_own_steps_only():
         seen.append((trusted, self._run))
         return original(self, layer, index, trusted)
 
-    native_step.NativeStep._weight_pointers = spy
-    try:
-        events = engine.generate([5, 6, 7], "ar", max_new_tokens=4)
-        for _ in events:
-            assert native._run is None  # the consumer's code runs untrusted
-    finally:
-        native_step.NativeStep._weight_pointers = original
+    monkeypatch.setattr(native_step.NativeStep, "_weight_pointers", spy)
+    for _ in engine.generate([5, 6, 7], "ar", max_new_tokens=4):
+        assert native._run is None  # the consumer's code runs untrusted
     runs = {id(run) for _, run in seen}
     assert seen and all(trusted for trusted, _ in seen) and len(runs) == 1 and all(run is not None for _, run in seen)
 

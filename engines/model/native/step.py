@@ -26,6 +26,7 @@ import ctypes
 import logging
 import weakref
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -222,6 +223,16 @@ def _is_llama(layer: nn.Module) -> bool:
             and hasattr(layer, "post_attention_layernorm"))
 
 
+class CheckedLayer(NamedTuple):
+    """What ``NativeStep._weight_pointers`` remembers of a layer it checked (kept on the layer)."""
+
+    weights: tuple  # the nine weight tensors, in WEIGHT_NAMES' order
+    key: tuple | None  # their pointers, shapes, dtypes and layouts, and two versions: a change means check again
+    addresses: tuple[int, ...]  # what reaches C: the packed products' and the norms' addresses
+    run: object | None  # the run that checked it (NativeStep.trusted_during), None outside one
+    held: tuple  # what the addresses point into, kept alive while they may be reused
+
+
 class NativeStep:
     """A model's layers and head through ``step.c``: built once per :class:`~engines.model.layers.LayerStack`."""
 
@@ -330,9 +341,9 @@ class NativeStep:
         ``trusted``: inside :meth:`trusted_during`, a layer already checked in that run is not checked again;
         its memo holds the packed copies and the norms' storage, so its addresses stay valid whatever happens
         to the weights meanwhile."""
-        found = layer.__dict__.get("_specviz_weights")
-        if trusted and found is not None and self._run is not None and found[3] is self._run:
-            return found[2]
+        found: CheckedLayer | None = layer.__dict__.get("_specviz_weights")
+        if trusted and found is not None and self._run is not None and found.run is self._run:
+            return found.addresses
         try:
             weights = _weights(layer)  # looked up every call: a replaced module is seen
         except (KeyError, AttributeError) as missing:
@@ -340,8 +351,8 @@ class NativeStep:
         key = _key(weights)  # every weight's pointer, shape, dtype and layout: a weight changed under the
         now = None if key is None else (key, _version(weights[0]), _version(weights[6]))  # layer is checked again
         run = self._run if trusted else None
-        if (found is None or now is None or now != found[1]
-                or any(new is not old for new, old in zip(weights, found[0]))):
+        if (found is None or now is None or now != found.key
+                or any(new is not old for new, old in zip(weights, found.weights))):
             for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
                 require(f"{name} of layer {index}", weight, self.dtype, shape)
             q, k, v, o, down = (self.packed(weights[i]) for i in (0, 1, 2, 3, 6))
@@ -351,12 +362,12 @@ class NativeStep:
             # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
             # frees nothing a trusted call still reads
             held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:]))
-            found = (weights, now, addresses, run, held)
+            found = CheckedLayer(weights, now, addresses, run, held)
             layer.__dict__["_specviz_weights"] = found
-        elif found[3] is not run:
-            found = (*found[:3], run, found[4])
+        elif found.run is not run:
+            found = found._replace(run=run)
             layer.__dict__["_specviz_weights"] = found
-        return found[2]
+        return found.addresses
 
     def runs(self, hidden: torch.Tensor, cache) -> bool:
         """Whether a forward of ``hidden`` with ``cache`` runs here."""
