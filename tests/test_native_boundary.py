@@ -243,6 +243,54 @@ def test_inside_a_run_a_checked_layer_is_not_checked_again_and_a_swap_is_refused
     assert_still_works(stack, reference)
 
 
+def test_inside_a_run_a_cache_checked_once_is_reused_until_a_tensor_of_it_is_replaced(stack, monkeypatch):
+    """The run's prepared call (``NativeStep._prepared_call``): a run's next step on the same cache checks it
+    no more and computes the same bits; a keys tensor replaced mid-run is checked and refused; a tensor's
+    ``.data`` swapped mid-run is never read (the memo holds the storage checked), and is refused after the run."""
+    native = stack.native
+    checks = []
+    original_check = native_step.NativeStep._check_cache
+    monkeypatch.setattr(native_step.NativeStep, "_check_cache",
+                        lambda self, cache, indices: checks.append(cache) or original_check(self, cache, indices))
+    untrusted_cache = stack.new_cache(16)
+    untrusted = [run(stack, n=n, cache=untrusted_cache) for n in (3, 1, 2)]
+    assert len(checks) == 3  # outside a run: checked every call
+    run_token, cache = object(), stack.new_cache(16)
+    with native.trusted_during(run_token):
+        trusted = [run(stack, n=n, cache=cache) for n in (3, 1)]
+        assert len(checks) == 4  # checked once in the run
+        keys = cache.keys[0]
+        keys.data = torch.zeros(1)  # swapped mid-run: the call goes on with the storage it checked
+        trusted.append(run(stack, n=2, cache=cache))
+        assert len(checks) == 4
+    assert all(torch.equal(a, b) for a, b in zip(trusted, untrusted))
+    with pytest.raises(ValueError, match="keys of layer 0 must be float32"):
+        run(stack, n=1, cache=cache)  # outside the run: checked, refused
+    keys.data = untrusted_cache.keys[0].clone()
+    with native.trusted_during(run_token):
+        cache.keys[1] = cache.keys[1].to(torch.bfloat16)  # replaced mid-run: a new tensor is checked
+        with pytest.raises(ValueError, match="keys of layer 1 must be float32"):
+            run(stack, n=1, cache=cache)
+
+
+def test_inside_a_run_the_head_is_checked_once_and_a_new_head_is_checked(stack, monkeypatch):
+    native = stack.native
+    required = []
+    original_require = native_step.require
+    monkeypatch.setattr(native_step, "require", lambda name, *a: required.append(name) or original_require(name, *a))
+    norm, head = stack.backbone.norm, stack.model.lm_head.weight
+    with torch.inference_mode():
+        hidden = stack.embed([3, 4])
+        reference = native.head(hidden, norm, head)
+        native._checked_heads.clear()
+        with native.trusted_during(object()):
+            for _ in range(3):
+                assert torch.equal(native.head(hidden, norm, head), reference)
+            assert required == ["the final norm's weight", "the LM head"] * 2  # once outside, once in the run
+            with pytest.raises(ValueError, match="the LM head must be float32"):
+                native.head(hidden, norm, head.t())  # another tensor: checked
+
+
 def test_an_engine_run_trusts_its_own_steps_only(monkeypatch):
     """Engine runs wrap each step in the trust of that run, and not the consumer's code between events."""
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))

@@ -224,7 +224,7 @@ class LayerStack:
     def run_at(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache, positions: torch.Tensor,
                mask: torch.Tensor | None) -> torch.Tensor:
         """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step)."""
-        layers = list(self.layers[start:stop])
+        layers = list(self.layers._modules.values())[start:stop]  # slicing the ModuleList builds a new one
         native = native_for(layers, hidden, cache)
         if native is not None:  # checked here too: the native step needs no rotary tables
             return native_pass(native, layers, hidden, positions, mask, cache)

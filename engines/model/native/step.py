@@ -233,6 +233,22 @@ class CheckedLayer(NamedTuple):
     held: tuple  # what the addresses point into, kept alive while they may be reused
 
 
+class PreparedCall(NamedTuple):
+    """One call of ``NativeStep.layers`` as a run repeats it step after step (the same layers on the same cache),
+    everything but the rows made ready once in the run. Why: building the 30 layers' pointers and checking the
+    cache's 60 tensors took ~0.5 ms of Python a step on caches the step had just flushed (docs/verify-cost.md)."""
+
+    run: object  # the run that prepared it: reused only inside that run's trust
+    layers: tuple  # the layer modules, by identity
+    tensors: tuple  # the cache's keys and values tensors as checked, by identity, in slot order
+    capacity: int
+    indices: list[int]
+    slots: list[int]
+    pointers: ctypes.Array  # LayerPointers, one per layer
+    shape: Shape
+    held: tuple  # what the pointers point into: the layers' CheckedLayer memos and the cache tensors' storages
+
+
 class NativeStep:
     """A model's layers and head through ``step.c``: built once per :class:`~engines.model.layers.LayerStack`."""
 
@@ -253,8 +269,11 @@ class NativeStep:
         self.weight_shapes = ((q, d), (kv, d), (kv, d), (d, q), (inter, d), (inter, d), (d, inter), (d,), (d,))
         # what was checked, by what would change if it did (see _key): layers by id, caches weakly
         self._checked_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache → {layers' key: PreparedCall}
         self._checked_heads: set[tuple] = set()
+        self._prepared_heads: dict[tuple, tuple] = {}  # (id(norm weight), id(head)) → what a trusted run reuses
         self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
+        self._head_shape = self.shape(1)  # the head reads no cache
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -384,55 +403,105 @@ class NativeStep:
         n = self._rows(hidden)
         if not layers:
             raise ValueError("layers must name at least one layer")
-        indices = [layer.self_attn.layer_idx for layer in layers]
         if cache is None:  # a pass without a cache attends within itself: a scratch cache of n entries
-            cache = KVCache(max(indices) + 1, self.kv_heads, self.head_dim, n, self.dtype)
-        slots = self._check_cache(cache, indices)
-        prefix = cache.lengths[slots[0]]
-        if any(cache.lengths[i] != prefix for i in slots):
+            cache = KVCache(max(layer.self_attn.layer_idx for layer in layers) + 1, self.kv_heads, self.head_dim,
+                            n, self.dtype)
+            prepared = self._prepare(layers, cache, trusted, keep=False)
+        else:
+            prepared = ((self._prepared_call(layers, cache) if trusted else None)
+                        or self._prepare(layers, cache, trusted, keep=trusted))
+        indices, slots = prepared.indices, prepared.slots
+        lengths = cache.lengths
+        prefix = lengths[slots[0]]
+        if not (isinstance(prefix, int) and 0 <= prefix) or any(lengths[i] != prefix for i in slots):
             raise CacheError("the layers of one native call must hold caches of the same length, got "
-                             f"{[cache.lengths[i] for i in slots]} for layers {indices}")
-        if prefix + n > cache.capacity:
-            raise CacheError(f"KV cache capacity {cache.capacity} exceeded at layer {indices[0]}: "
+                             f"{[lengths[i] for i in slots]} for layers {indices}")
+        if prefix + n > prepared.capacity:
+            raise CacheError(f"KV cache capacity {prepared.capacity} exceeded at layer {indices[0]}: "
                              f"{prefix} cached + {n} new")
         positions = self._positions(positions, n)
         allowed = self._allowed(mask, n, prefix + n)
-        pointers = (LayerPointers * len(layers))()
-        for slot, (layer, index, i) in enumerate(zip(layers, indices, slots)):
-            addresses = self._weight_pointers(layer, index, trusted)
-            pointers[slot] = LayerPointers(*addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr())
+        pointers, shape = prepared.pointers, prepared.shape
         out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
         threads = torch.get_num_threads()
-        shape = self.shape(cache.capacity)
         work = self._work_for(shape, n, threads)
         _checked(self.lib.specviz_layers(ctypes.byref(shape), pointers, len(layers), out.data_ptr(), n,
                                          positions.data_ptr(), prefix,
                                          allowed.data_ptr() if allowed is not None else None,
                                          self.inv_freq.data_ptr(), work.data_ptr(), threads), "layers")
         for i in slots:
-            cache.lengths[i] = prefix + n
+            lengths[i] = prefix + n
         return out.view(1, n, self.d)
+
+    def _prepared_call(self, layers: list[nn.Module], cache) -> PreparedCall | None:
+        """The call this run prepared for these layers on this cache, while the run is trusted and nothing it
+        checked was replaced (a layer, the cache's capacity, any of its keys or values tensors); else ``None``."""
+        if self._run is None or not isinstance(cache, KVCache):
+            return None
+        found = self._prepared.get(cache, {}).get((len(layers), id(layers[0])))
+        if (found is None or found.run is not self._run or found.capacity != cache.capacity
+                or any(a is not b for a, b in zip(layers, found.layers))):
+            return None
+        keys, values, tensors, held = cache.keys, cache.values, found.tensors, len(cache.keys)
+        if len(values) != held or len(cache.lengths) != held:
+            return None
+        for j, i in enumerate(found.slots):
+            if i >= held or keys[i] is not tensors[2 * j] or values[i] is not tensors[2 * j + 1]:
+                return None
+        return found
+
+    def _prepare(self, layers: list[nn.Module], cache, trusted: bool, keep: bool) -> PreparedCall:
+        """Check the layers' weights and the cache, and lay out the pointers step.c reads. Kept (``keep``) inside
+        a trusted run for the run's next steps (:meth:`_prepared_call`); it holds the layers' checked memos and
+        the cache tensors' storages, so its pointers stay valid even if a consumer swaps a tensor's ``.data``
+        between steps (the run then goes on with what it checked, as for weights)."""
+        indices = [layer.self_attn.layer_idx for layer in layers]
+        slots = self._check_cache(cache, indices)
+        pointers = (LayerPointers * len(layers))()
+        memos = []
+        for slot, (layer, index, i) in enumerate(zip(layers, indices, slots)):
+            addresses = self._weight_pointers(layer, index, trusted)
+            memos.append(layer.__dict__.get("_specviz_weights"))
+            pointers[slot] = LayerPointers(*addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr())
+        tensors = tuple(t for i in slots for t in (cache.keys[i], cache.values[i]))
+        held = (tuple(memos), tuple(t.untyped_storage() for t in tensors))
+        call = PreparedCall(self._run if trusted else None, tuple(layers), tensors, cache.capacity, indices, slots,
+                            pointers, self.shape(cache.capacity), held)
+        if keep and self._run is not None:
+            self._prepared.setdefault(cache, {})[(len(layers), id(layers[0]))] = call
+        return call
 
     def head(self, hidden: torch.Tensor, norm: nn.Module, head: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head: fp32 logits ``[n, vocab]`` for ``hidden`` ``[1, n, d]``."""
         n = self._rows(hidden)
         weight = getattr(norm, "weight", None)
-        key = _key((weight, head))
-        if key is None or key not in self._checked_heads:
-            require("the final norm's weight", weight, self.dtype, (self.d,))
-            vocab = head.shape[0] if isinstance(head, torch.Tensor) and head.dim() == 2 and head.shape[0] else "vocab"
-            require("the LM head", head, self.dtype, (vocab, self.d))
-            if len(self._checked_heads) >= 64:  # the target's head and a few drafters' row sets; stale ones go
-                self._checked_heads.clear()
-            self._checked_heads.add(key)
+        found = self._prepared_heads.get((id(weight), id(head))) if self._run is not None else None
+        if found is None or found[0] is not self._run or found[1] is not weight or found[2] is not head:
+            key = _key((weight, head))
+            if key is None or key not in self._checked_heads:
+                require("the final norm's weight", weight, self.dtype, (self.d,))
+                vocab = head.shape[0] if isinstance(head, torch.Tensor) and head.dim() == 2 and head.shape[0] else "vocab"
+                require("the LM head", head, self.dtype, (vocab, self.d))
+                if len(self._checked_heads) >= 64:  # the target's head and a few drafters' row sets; stale ones go
+                    self._checked_heads.clear()
+                self._checked_heads.add(key)
+            packed = self.packed(head)
+            # in a trusted run, kept for its next steps with what the addresses point into (as for layers)
+            found = (self._run, weight, head, weight.data_ptr(), packed.data_ptr(), head.shape[0],
+                     (weight.untyped_storage(), packed))
+            if self._run is not None:
+                if len(self._prepared_heads) >= 16 or any(kept[0] is not self._run
+                                                          for kept in self._prepared_heads.values()):
+                    self._prepared_heads.clear()
+                self._prepared_heads[(id(weight), id(head))] = found
+        _, _, _, norm_at, head_at, vocab, _ = found
         rows = hidden.reshape(n, self.d).contiguous()
-        logits = torch.empty(n, head.shape[0], dtype=torch.float32)
+        logits = torch.empty(n, vocab, dtype=torch.float32)
         threads = torch.get_num_threads()
-        shape = self.shape(1)
+        shape = self._head_shape
         work = self._work_for(shape, n, threads)
-        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, weight.data_ptr(),
-                                       self.packed(head).data_ptr(), head.shape[0], logits.data_ptr(),
-                                       work.data_ptr(), threads),
+        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, norm_at, head_at, vocab,
+                                       logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
