@@ -275,7 +275,7 @@ def train_command(args) -> int:
         torch.set_float32_matmul_precision("high")
     config = TrainConfig(args.epochs, args.batch_tokens, args.lr, args.seed, args.max_steps,
                          args.max_minutes * 60 if args.max_minutes else None, args.checkpoint,
-                         args.checkpoint_minutes * 60)
+                         args.checkpoint_minutes * 60, args.warmup_steps)
     bar = tqdm(desc=f"train {args.drafter}", unit="step")
 
     def progress(step, total, losses):

@@ -205,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--batch-tokens", type=int, default=2048)
     train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--warmup-steps", type=int, default=0,
+                       help="the learning rate rises linearly over these first steps (for a warm start: --init-from)")
     train.add_argument("--max-steps", type=int, default=None)
     train.add_argument("--max-minutes", type=float, default=None,
                        help="time budget: the step count is cut to what fits, measured on the first steps")

@@ -256,3 +256,15 @@ def test_heldout_sample_spreads_over_the_split_and_keeps_about_the_cap():
     assert sum(len(r["answer_ids"]) for r in sample) == 2_000
     assert {r["source"] for r in sample} == {"seeds", "v2"}  # not just the records listed first
     assert heldout_sample(heldout[:5], positions=2_000) == heldout[:5]  # a small split is measured whole
+
+
+def test_the_learning_rate_rises_over_the_warm_up_then_decays_to_zero():
+    from engines.training.train import lr_factor
+
+    rising = [lr_factor(step, 100, warmup=10) for step in range(10)]
+    assert rising == sorted(rising)
+    assert rising == pytest.approx([(step + 1) / 10 * lr_factor(step, 100) for step in range(10)])
+    assert lr_factor(0, 100) == 1.0 and lr_factor(100, 100, warmup=10) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(50, 100, warmup=10) == lr_factor(50, 100)  # after the rise, the same cosine
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrainConfig(warmup_steps=-1).validate()

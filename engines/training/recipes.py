@@ -270,7 +270,7 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
                      "train_records_by_provenance": dict(Counter(provenance(r) for r in train))},
             "training": {"loss": loss, "steps": result.steps, "epochs": config.epochs,
                          "batch_tokens": config.batch_tokens, "lr": student.lr or config.lr, "seed": config.seed,
-                         "max_seconds": config.max_seconds,
+                         "max_seconds": config.max_seconds, "warmup_steps": config.warmup_steps,
                          "device": stack.device.type, "teacher_dtype": str(stack.dtype).removeprefix("torch."),
                          "float32_matmul_precision": torch.get_float32_matmul_precision(),
                          "seconds_all_students": round(result.seconds, 1),
