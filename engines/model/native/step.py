@@ -201,10 +201,9 @@ def _weight(module: nn.Module) -> torch.Tensor:
 def _version(tensor: torch.Tensor) -> int:
     """The tensor's in-place version, or -1 for an inference tensor (made under ``torch.inference_mode``: it keeps
     no version, and nothing changes the weights made that way, such as a drafter's gathered head rows)."""
-    try:
-        return tensor._version
-    except RuntimeError:
+    if tensor.is_inference():  # asked first: the RuntimeError an inference tensor raises costs ~30 µs
         return -1
+    return tensor._version
 
 
 def _weights(layer: nn.Module) -> tuple:
