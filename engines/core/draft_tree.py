@@ -104,9 +104,8 @@ def tree_mask_over(prefix: int, slots: int, ancestors: list[list[int]], dtype: t
     n = len(ancestors)
     allowed = torch.zeros(n, prefix + slots + n, dtype=torch.bool)
     allowed[:, :prefix] = True
-    for i, seen in enumerate(ancestors):
-        allowed[i, [prefix + s for s in seen]] = True
-        allowed[i, prefix + slots + i] = True
+    rows = [i for i, seen in enumerate(ancestors) for _ in seen] + list(range(n))  # one index op, not 2n
+    allowed[rows, [prefix + s for seen in ancestors for s in seen] + [prefix + slots + i for i in range(n)]] = True
     mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None].to(device)

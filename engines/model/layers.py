@@ -38,12 +38,15 @@ def tree_depths(parents: list[int]) -> list[int]:
 def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask ``[1, 1, n, prefix_len + n]``: a node sees the prefix, itself and its ancestors."""
     n = len(parents)
-    allowed = torch.zeros(n, prefix_len + n, dtype=torch.bool, device=device)
-    allowed[:, :prefix_len] = True
+    lineage: list[list[int]] = []  # each node's ancestors and itself, gathered in Python: one index op in torch
     for i, parent in enumerate(parents):
-        allowed[i, prefix_len + i] = True
-        if parent >= 0:
-            allowed[i, prefix_len:] |= allowed[parent, prefix_len:]
+        if parent >= i:
+            raise ValueError("tree nodes must be listed parents-first")
+        lineage.append((lineage[parent] if parent >= 0 else []) + [i])
+    allowed = torch.zeros(n, prefix_len + n, dtype=torch.bool)
+    allowed[:, :prefix_len] = True
+    allowed[[i for i, seen in enumerate(lineage) for _ in seen], [prefix_len + j for seen in lineage for j in seen]] = True
+    allowed = allowed.to(device)
     mask = torch.zeros(n, prefix_len + n, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
