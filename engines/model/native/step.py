@@ -273,6 +273,7 @@ class NativeStep:
         self._prepared_heads: dict[tuple, tuple] = {}  # (id(norm weight), id(head)) → what a trusted run reuses
         self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
         self._head_shape = self.shape(1)  # the head reads no cache
+        self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -325,8 +326,10 @@ class NativeStep:
 
     def _packing_key(self, weight: torch.Tensor) -> tuple:
         """The build's panel layout, and what would change if the weight did."""
-        layout = self.lib.specviz_panel_layout(int(weight.dtype == torch.bfloat16))
-        return layout, (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype)
+        bf16 = weight.dtype == torch.bfloat16
+        if bf16 not in self._layouts:  # the build's, fixed for the process: asked of C once per dtype
+            self._layouts[bf16] = self.lib.specviz_panel_layout(int(bf16))
+        return self._layouts[bf16], (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype)
 
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         rows = weight.detach().contiguous()
