@@ -1,5 +1,6 @@
 """The layer stack and KV cache must reproduce the model's own forward (fp32)."""
 
+import pytest
 import torch
 
 from engines.model.layers import LayerStack, tree_mask
@@ -48,6 +49,33 @@ def test_tree_mask_shape_and_visibility():
     mask = tree_mask(2, [-1, 0, 0, 1], torch.float32, "cpu")[0, 0]
     visible = (mask == 0).int().tolist()
     assert visible == [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 1, 0], [1, 1, 1, 1, 0, 1]]
+
+
+def test_tree_masks_let_each_node_see_exactly_the_prefix_its_ancestors_and_itself():
+    """Both tree masks on random trees, against the ancestor relation walked parent by parent."""
+    import random
+
+    from engines.core.draft_tree import tree_mask_over
+
+    rng = random.Random(0)
+    for _ in range(20):
+        n, prefix = rng.randint(1, 30), rng.randint(0, 5)
+        parents = [-1] + [rng.randint(-1, i - 1) for i in range(1, n)]
+        visible = (tree_mask(prefix, parents, torch.bfloat16, "cpu")[0, 0] == 0).tolist()
+        for i in range(n):
+            line, j = {i}, parents[i]
+            while j >= 0:
+                line.add(j)
+                j = parents[j]
+            assert visible[i] == [True] * prefix + [j in line for j in range(n)]
+        slots = rng.randint(0, 6)
+        ancestors = [sorted(rng.sample(range(slots), rng.randint(0, slots))) for _ in range(rng.randint(1, 5))]
+        seen = (tree_mask_over(prefix, slots, ancestors, torch.float32, "cpu")[0, 0] == 0).tolist()
+        for i, row in enumerate(ancestors):
+            assert seen[i] == ([True] * prefix + [s in row for s in range(slots)]
+                               + [j == i for j in range(len(ancestors))])
+    with pytest.raises(ValueError, match="parents-first"):
+        tree_mask(0, [-1, 2, 0], torch.float32, "cpu")
 
 
 def test_cache_keep_compacts_accepted_path(tiny_engine):
