@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engines.model.kv_cache import KVCache
+from engines.model.layers import visibility_mask
 
 
 @dataclass
@@ -101,14 +102,8 @@ def keep_path(cache: KVCache, prefix: int, path: list[int]) -> list[int]:
 def tree_mask_over(prefix: int, slots: int, ancestors: list[list[int]], dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask ``[1, 1, n, prefix + slots + n]`` for n new rows appended after ``slots`` earlier tree
     rows: row i sees the prefix, the earlier slots listed in ``ancestors[i]`` and itself."""
-    n = len(ancestors)
-    allowed = torch.zeros(n, prefix + slots + n, dtype=torch.bool)
-    allowed[:, :prefix] = True
-    rows = [i for i, seen in enumerate(ancestors) for _ in seen] + list(range(n))  # one index op, not 2n
-    allowed[rows, [prefix + s for seen in ancestors for s in seen] + [prefix + slots + i for i in range(n)]] = True
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
+    return visibility_mask(prefix, slots + len(ancestors), [seen + [slots + i] for i, seen in enumerate(ancestors)],
+                           dtype, device)
 
 
 class TreeSlots:

@@ -37,19 +37,24 @@ def tree_depths(parents: list[int]) -> list[int]:
 
 def tree_mask(prefix_len: int, parents: list[int], dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask ``[1, 1, n, prefix_len + n]``: a node sees the prefix, itself and its ancestors."""
-    n = len(parents)
-    lineage: list[list[int]] = []  # each node's ancestors and itself, gathered in Python: one index op in torch
+    lineage: list[list[int]] = []  # each node's ancestors and itself
     for i, parent in enumerate(parents):
         if parent >= i:
             raise ValueError("tree nodes must be listed parents-first")
         lineage.append((lineage[parent] if parent >= 0 else []) + [i])
-    allowed = torch.zeros(n, prefix_len + n, dtype=torch.bool)
-    allowed[:, :prefix_len] = True
-    allowed[[i for i, seen in enumerate(lineage) for _ in seen], [prefix_len + j for seen in lineage for j in seen]] = True
-    allowed = allowed.to(device)
-    mask = torch.zeros(n, prefix_len + n, dtype=dtype, device=device)
+    return visibility_mask(prefix_len, len(parents), lineage, dtype, device)
+
+
+def visibility_mask(prefix: int, width: int, seen: list[list[int]], dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask ``[1, 1, n, prefix + width]`` for n rows: row i sees the prefix and the columns ``prefix + j``
+    for j in ``seen[i]``. Every tree mask is one (the verifier's, a drafter's growing tree): built on the CPU in
+    one index operation, not one per row."""
+    allowed = torch.zeros(len(seen), prefix + width, dtype=torch.bool)
+    allowed[:, :prefix] = True
+    allowed[[i for i, row in enumerate(seen) for _ in row], [prefix + j for row in seen for j in row]] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return mask[None, None].to(device)
 
 
 _CACHE_KEYWORDS: dict[type, str] = {}

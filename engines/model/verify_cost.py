@@ -50,7 +50,8 @@ class VerifyCost:
     version: int = CURVE_VERSION
 
     def __post_init__(self):
-        self._costs: dict[int, float] = {}  # cost(n) memoised: a tree round asks it ~50 times
+        self._costs: dict[int, float] = {}  # cost(n) memoised (a tree round asks it ~50 times): a curve is not
+        # edited once made (a new measurement makes a new VerifyCost)
         self.seconds = {int(n): float(s) for n, s in self.seconds.items()}
         self.kernels = {int(n): k for n, k in self.kernels.items()}
         self.by_kernel = {k: {int(n): float(s) for n, s in v.items()} for k, v in self.by_kernel.items()}
@@ -65,8 +66,6 @@ class VerifyCost:
         line through its upper half, never below flat."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if self.__dict__.get("_seconds_seen") != self.seconds:  # the curve was edited: forget what was read off it
-            self._costs, self._seconds_seen = {}, dict(self.seconds)
         if n not in self._costs:
             self._costs[n] = self._cost(n)
         return self._costs[n]

@@ -248,6 +248,18 @@ class PreparedCall(NamedTuple):
     held: tuple  # what the pointers point into: the layers' CheckedLayer memos and the cache tensors' storages
 
 
+class PreparedHead(NamedTuple):
+    """``NativeStep.head``'s checked norm and head, kept for a trusted run's next steps (as :class:`PreparedCall`)."""
+
+    run: object
+    norm_weight: torch.Tensor  # by identity
+    head: torch.Tensor  # by identity
+    norm_address: int
+    head_address: int  # the packed head's
+    vocab: int
+    held: tuple  # what the addresses point into: the norm's storage and the packed head
+
+
 class NativeStep:
     """A model's layers and head through ``step.c``: built once per :class:`~engines.model.layers.LayerStack`."""
 
@@ -270,7 +282,7 @@ class NativeStep:
         self._checked_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cache → {layers' key: PreparedCall}
         self._checked_heads: set[tuple] = set()
-        self._prepared_heads: dict[tuple, tuple] = {}  # (id(norm weight), id(head)) → what a trusted run reuses
+        self._prepared_heads: dict[tuple, PreparedHead] = {}  # by (id(norm weight), id(head)), in one trusted run
         self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
         self._head_shape = self.shape(1)  # the head reads no cache
         self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
@@ -478,7 +490,7 @@ class NativeStep:
         n = self._rows(hidden)
         weight = getattr(norm, "weight", None)
         found = self._prepared_heads.get((id(weight), id(head))) if self._run is not None else None
-        if found is None or found[0] is not self._run or found[1] is not weight or found[2] is not head:
+        if found is None or found.run is not self._run or found.norm_weight is not weight or found.head is not head:
             key = _key((weight, head))
             if key is None or key not in self._checked_heads:
                 require("the final norm's weight", weight, self.dtype, (self.d,))
@@ -489,21 +501,20 @@ class NativeStep:
                 self._checked_heads.add(key)
             packed = self.packed(head)
             # in a trusted run, kept for its next steps with what the addresses point into (as for layers)
-            found = (self._run, weight, head, weight.data_ptr(), packed.data_ptr(), head.shape[0],
-                     (weight.untyped_storage(), packed))
+            found = PreparedHead(self._run, weight, head, weight.data_ptr(), packed.data_ptr(), head.shape[0],
+                                 (weight.untyped_storage(), packed))
             if self._run is not None:
-                if len(self._prepared_heads) >= 16 or any(kept[0] is not self._run
+                if len(self._prepared_heads) >= 16 or any(kept.run is not self._run
                                                           for kept in self._prepared_heads.values()):
                     self._prepared_heads.clear()
                 self._prepared_heads[(id(weight), id(head))] = found
-        _, _, _, norm_at, head_at, vocab, _ = found
         rows = hidden.reshape(n, self.d).contiguous()
-        logits = torch.empty(n, vocab, dtype=torch.float32)
+        logits = torch.empty(n, found.vocab, dtype=torch.float32)
         threads = torch.get_num_threads()
         shape = self._head_shape
         work = self._work_for(shape, n, threads)
-        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, norm_at, head_at, vocab,
-                                       logits.data_ptr(), work.data_ptr(), threads),
+        _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, found.norm_address,
+                                       found.head_address, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
