@@ -84,6 +84,7 @@ typedef float vf __attribute__((vector_size(VL * 4)));
 typedef uint32_t vu __attribute__((vector_size(VL * 4)));
 typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
+typedef uint8_t vb8 __attribute__((vector_size(VL)));
 
 typedef struct {
     const void *q, *k, *v, *o, *gate_up, *down; /* packed (specviz_pack) from [out, in], in the model's dtype;
@@ -173,6 +174,19 @@ static inline vf load_bf16(const uint16_t *p) { /* one widening load: generic ve
 #endif
 }
 static inline vf splat(float x) { return (vf){0} + x; }
+
+/* Lane for lane b > a ? b : a, the scalar running maximum's own comparison (a NaN in b never wins): a maximum is
+ * exact, so taking it VL lanes at a time and then across the lanes gives the same value as one lane at a time in
+ * key order (a ±0 tie can only change the sign of a zero, which subtracting it from a score cannot see). */
+static inline vf keep_larger(vf a, vf b) {
+    vi larger = (vi)(b > a);
+    return (vf)(((vi)b & larger) | ((vi)a & ~larger));
+}
+static inline float largest_lane(vf v) {
+    float top = v[0];
+    for (int l = 1; l < VL; l++) top = v[l] > top ? v[l] : top;
+    return top;
+}
 
 /* The lanes summed in one fixed tree (halves added, then halves of the sum, ...): the same for every sum,
  * whatever the row count. Each step adds the vector to itself with its halves swapped, so lane 0 ends with the
@@ -757,12 +771,13 @@ int specviz_stage_clock(double *out, int reset) {
 }
 #endif
 
-/* Attention for a group of queries that share one kv head (a GQA group's heads, over neighbouring rows): each
+/* Attention for a group of queries that share one kv head (one query head over neighbouring rows): each
  * query q against the keys [0, end) of the kv head (cache rows from base) that it may see (seen: NULL for all
  * of them), out[hd] = softmax(q·k · scaling) · v. Why grouped: with bf16 keys and values, widening them to fp32
  * took most of attention's instructions, once per query; here a block of KEY_BLOCK keys (then values) is widened
  * once into the thread's scratch and read from L1 by every query of the group, so a verification of 16 rows
- * widens each key 3 to 8 times less often. Each query's arithmetic is exactly the one-query loop's: keys in
+ * widens each key 16 times less often; a group of one reads the cache directly (widening in the load), since
+ * a copy read once only adds stores. Each query's arithmetic is exactly the one-query loop's: keys in
  * cache order, VL-key groups from key 0 (KEY_BLOCK is a multiple of VL, so a block never splits a group), each
  * score's sum in one fixed order, the values summed in key order with the same fused multiply-adds, from the
  * same fp32 values (widening is exact): the same bits whatever else shares the call or the task. HV, the head's
@@ -791,7 +806,14 @@ UNROLL
     return block;
 }
 
-static inline __attribute__((always_inline)) void attend_vectors(const int HV, const int bf16, const Shape *s,
+/* lanes [at, at + VL) of cache rows: widened into scratch, or (direct) read from the bf16 cache and widened in the
+ * load; both exact, so both give the same fp32 lanes */
+static inline vf cache_vector(const int direct, const float *widened, const uint16_t *raw, int64_t at) {
+    return direct ? load_bf16(raw + at) : load_f32(widened + at);
+}
+
+static inline __attribute__((always_inline)) void attend_vectors(const int HV, const int bf16, const int direct,
+                                                                 const Shape *s,
                                                                  const void *keys, const void *values,
                                                                  const Queries *g, int64_t base, Scratch *x) {
     const int64_t hd = s->head_dim, capacity = s->capacity;
@@ -803,7 +825,8 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
     }
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
         const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
-        const float *kb = cache_rows(HV, bf16, keys, (base + j0) * hd, n, x->block) - j0 * hd;
+        const float *kb = direct ? NULL : cache_rows(HV, bf16, keys, (base + j0) * hd, n, x->block) - j0 * hd;
+        const uint16_t *kh = direct ? (const uint16_t *)keys + base * hd : NULL;
         for (int qi = 0; qi < g->count; qi++) {
             const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
             const uint8_t *seen = g->seen[qi];
@@ -812,26 +835,33 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
 UNROLL
             for (int i = 0; i < HV; i++) qv[i] = load_f32(g->q[qi] + i * VL);
             int64_t j = j0;
+            vf tops = splat(-INFINITY); /* the running maximum lane by lane: a scalar chain took a quarter of attention */
             for (; j + VL <= end; j += VL) { /* VL keys at a time, seen or not; only the seen ones count */
                 vf acc[VL];
 UNROLL
                 for (int t = 0; t < VL; t++) {
-                    const float *k = kb + (j + t) * hd;
                     vf a = {0};
 UNROLL
-                    for (int i = 0; i < HV; i++) a += qv[i] * load_f32(k + i * VL);
+                    for (int i = 0; i < HV; i++) a += qv[i] * cache_vector(direct, kb, kh, (j + t) * hd + i * VL);
                     acc[t] = a;
                 }
-                store_f32(scores + j, reduce_each(acc) * splat(s->scaling));
-                for (int t = 0; t < VL; t++)
-                    if (!seen || seen[j + t]) top = scores[j + t] > top ? scores[j + t] : top;
+                vf score = reduce_each(acc) * splat(s->scaling);
+                store_f32(scores + j, score);
+                if (seen) { /* an unseen key's lane offers -inf, which never wins */
+                    vb8 bytes;
+                    memcpy(&bytes, seen + j, sizeof bytes);
+                    vi shown = (vi)(__builtin_convertvector(bytes, vi) != 0);
+                    score = (vf)(((vi)score & shown) | ((vi)splat(-INFINITY) & ~shown));
+                }
+                tops = keep_larger(tops, score);
             }
+            float lanes_top = largest_lane(tops);
+            top = lanes_top > top ? lanes_top : top;
             for (; j < end; j++) {
                 if (seen && !seen[j]) continue;
-                const float *k = kb + j * hd;
                 vf a = {0};
 UNROLL
-                for (int i = 0; i < HV; i++) a += qv[i] * load_f32(k + i * VL);
+                for (int i = 0; i < HV; i++) a += qv[i] * cache_vector(direct, kb, kh, j * hd + i * VL);
                 float score = reduce(a) * s->scaling;
                 scores[j] = score;
                 top = score > top ? score : top;
@@ -846,7 +876,8 @@ UNROLL
     }
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
         const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
-        const float *vb = cache_rows(HV, bf16, values, (base + j0) * hd, n, x->block) - j0 * hd;
+        const float *vb = direct ? NULL : cache_rows(HV, bf16, values, (base + j0) * hd, n, x->block) - j0 * hd;
+        const uint16_t *vh16 = direct ? (const uint16_t *)values + base * hd : NULL;
         for (int qi = 0; qi < g->count; qi++) {
             const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
             const uint8_t *seen = g->seen[qi];
@@ -861,7 +892,7 @@ UNROLL
                 sum += p;
                 vf pv = splat(p);
 UNROLL
-                for (int i = 0; i < HV; i++) o[i] += pv * load_f32(vb + j * hd + i * VL);
+                for (int i = 0; i < HV; i++) o[i] += pv * cache_vector(direct, vb, vh16, j * hd + i * VL);
             }
 UNROLL
             for (int i = 0; i < HV; i++) store_f32(out + i * VL, o[i]);
@@ -908,8 +939,9 @@ static void attend(const Shape *s, const Layer *ly, const Queries *g, int64_t ba
     switch (s->head_dim % VL ? 0 : s->head_dim / VL) {
 #define ATTEND(HV)                                                                                                   \
     case HV:                                                                                                         \
-        if (bf16) attend_vectors(HV, 1, s, ly->keys, ly->values, g, base, x);                                        \
-        else attend_vectors(HV, 0, s, ly->keys, ly->values, g, base, x);                                             \
+        if (bf16 && g->count == 1) attend_vectors(HV, 1, 1, s, ly->keys, ly->values, g, base, x);                     \
+        else if (bf16) attend_vectors(HV, 1, 0, s, ly->keys, ly->values, g, base, x);                                 \
+        else attend_vectors(HV, 0, 0, s, ly->keys, ly->values, g, base, x);                                          \
         break;
         ATTEND(2)
         ATTEND(4)
@@ -920,13 +952,6 @@ static void attend(const Shape *s, const Layer *ly, const Queries *g, int64_t ba
         for (int qi = 0; qi < g->count; qi++)
             attend_any(s, ly, g->q[qi], base, g->end[qi], g->seen[qi], x->scores, x->out + qi * s->head_dim);
     }
-}
-
-/* Queries per attention task: enough tasks for every thread to take several (a group shares its widened keys,
- * more tasks balance the threads), at most GROUP_QUERIES. */
-static int64_t task_queries(const Shape *s, int64_t M, int threads) {
-    int64_t per = M * s->heads / (8 * (int64_t)threads);
-    return per < 1 ? 1 : per > GROUP_QUERIES ? GROUP_QUERIES : per;
 }
 
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
@@ -959,8 +984,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     clear_input(&w.attended, M);
     clear_input(&w.act, M);
     rope_table(w.rope, positions, M, hd, inv_freq, s->rope_scaling);
-    const int64_t queries_per_kv = M * groups, per_task = task_queries(s, M, threads);
-    const int64_t tasks_per_kv = (queries_per_kv + per_task - 1) / per_task, attention_tasks = s->kv_heads * tasks_per_kv;
+    const int64_t rows_per_task = M < GROUP_QUERIES ? M : GROUP_QUERIES, tasks_per_head = (M + rows_per_task - 1) / rows_per_task;
     Barrier barrier = {0, 0};
     int64_t (*tickets)[5] = calloc((size_t)n_layers + 1, sizeof *tickets); /* each stage's next piece */
     if (!tickets) return SPECVIZ_NO_MEMORY;
@@ -997,22 +1021,23 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 }
             }
             CLOCK_MEET(thread, 0, &barrier, team, &sense);
-            /* B: attention, one group of queries per task: neighbouring (row, head) pairs of one kv head */
-            for (int64_t task = take(&tickets[li][1]); task < attention_tasks; task = take(&tickets[li][1])) {
-                const int64_t kvh = task / tasks_per_kv, first = task % tasks_per_kv * per_task;
-                const int64_t last = first + per_task < queries_per_kv ? first + per_task : queries_per_kv;
+            /* B: attention, one task per query head and run of up to GROUP_QUERIES rows (they share the kv head's
+             * widened keys). Why by head and not by row: the output goes into a k-major input, where one cache line
+             * holds several rows of a column; tasks that split a head's rows between threads wrote the same lines
+             * from both cores, and that false sharing cost a verification of 16 rows about 1 ms (stage clock). A
+             * task owning a head's columns for all its rows owns their lines. */
+            for (int64_t task = take(&tickets[li][1]); task < s->heads * tasks_per_head; task = take(&tickets[li][1])) {
+                const int64_t h = task / tasks_per_head, first = task % tasks_per_head * rows_per_task;
+                const int64_t last = first + rows_per_task < M ? first + rows_per_task : M;
                 Queries g;
                 g.count = (int)(last - first);
-                for (int64_t qi = first; qi < last; qi++) { /* query qi: row qi / groups, head kvh·groups + qi % groups */
-                    const int64_t m = qi / groups, h = kvh * groups + qi % groups;
-                    g.q[qi - first] = w.qkv + m * qkv_size + h * hd;
-                    g.end[qi - first] = allowed ? L : prefix + m + 1;
-                    g.seen[qi - first] = allowed ? allowed + m * L : NULL;
+                for (int64_t m = first; m < last; m++) {
+                    g.q[m - first] = w.qkv + m * qkv_size + h * hd;
+                    g.end[m - first] = allowed ? L : prefix + m + 1;
+                    g.seen[m - first] = allowed ? allowed + m * L : NULL;
                 }
-                attend(s, ly, &g, kvh * s->capacity, &scratch);
-                for (int64_t qi = first; qi < last; qi++)
-                    input_set_row(&w.attended, bf16, qi / groups, (kvh * groups + qi % groups) * hd,
-                                  scratch.out + (qi - first) * hd, hd);
+                attend(s, ly, &g, h / groups * s->capacity, &scratch);
+                input_set_block(&w.attended, bf16, first, last - first, h * hd, hd, scratch.out, hd);
             }
             CLOCK_MEET(thread, 1, &barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns) */
