@@ -336,14 +336,34 @@ static inline Input rows_from(const Input *in, int64_t m0) {
  * constant at every call (the switch in product_panel), so the accumulators live in registers. fp32 lanes:
  * weights fp32, or bf16 widened on load (a bf16 model where the CPU has no bf16 dot product: inputs are
  * bf16-rounded fp32, so each x·w is exact and only the sum rounds, as with the dot-product instruction). */
+/* The next panel's weights, asked for while this panel's tiles run so that its first tile finds them in cache:
+ * each of a panel's T tiles asks for its 1/T share of the next panel's lines, spread evenly over its k-loop (one
+ * line whenever T lines' worth of this panel have been read), so the requests trickle out at the pace the
+ * products consume weights instead of in a burst that fills the memory queue. at == end: nothing to ask for. */
+typedef struct {
+    const char *at, *end;
+    int64_t budget, per_line; /* bytes of this panel read since the last request; 64 · T */
+} Ahead;
+
+static inline Ahead no_ahead(void) { return (Ahead){NULL, NULL, 0, 64}; }
+
+static inline void warm(Ahead *a, int64_t bytes) {
+    if (a->at == a->end) return;
+    for (a->budget += bytes; a->budget >= a->per_line && a->at < a->end; a->budget -= a->per_line, a->at += 64)
+        __builtin_prefetch(a->at, 0, 2);
+}
+
 static inline __attribute__((always_inline)) void tile_f32(const void *panel, const int WB, int64_t K, const float *x,
-                                                           int64_t ld, const int RMC, float *out, int64_t ostride) {
+                                                           int64_t ld, const int RMC, float *out, int64_t ostride,
+                                                           Ahead ahead) {
+    const int step_bytes = RN * VL * (WB ? 2 : 4);
     vf acc[RM][RN];
 UNROLL
     for (int r = 0; r < RMC; r++)
 UNROLL
         for (int c = 0; c < RN; c++) acc[r][c] = (vf){0};
     for (int64_t k = 0; k < K; k++) {
+        warm(&ahead, step_bytes);
         vf wv[RN];
 UNROLL
         for (int c = 0; c < RN; c++)
@@ -365,7 +385,8 @@ UNROLL
 #ifdef SPECVIZ_DPBF16
 /* The same tile with AVX-512 BF16 dot products: each step adds x[2i]·w[2i] + x[2i+1]·w[2i+1] to every lane. */
 static inline __attribute__((always_inline)) void tile_dpbf16(const uint16_t *panel, int64_t K, const uint16_t *x,
-                                                              int64_t ld, const int RMC, float *out, int64_t ostride) {
+                                                              int64_t ld, const int RMC, float *out, int64_t ostride,
+                                                              Ahead ahead) {
     __m512 acc[RM][RN];
 UNROLL
     for (int r = 0; r < RMC; r++)
@@ -375,6 +396,7 @@ UNROLL
     const uint32_t *pairs = (const uint32_t *)(const void *)x;
     for (int64_t i = 0; i < halves; i++) {
         __m512i wv[RN];
+        warm(&ahead, RN * 64);
 UNROLL
         for (int c = 0; c < RN; c++) wv[c] = _mm512_loadu_si512(panel + (i * RN + c) * 32);
 UNROLL
@@ -393,26 +415,36 @@ UNROLL
 
 /* RMC rows of one panel into out (ostride floats apart). */
 static inline __attribute__((always_inline)) void tile(const void *panel, int bf16, const Input *in, int64_t K,
-                                                       const int RMC, float *out, int64_t ostride) {
+                                                       const int RMC, float *out, int64_t ostride, Ahead ahead) {
 #ifdef SPECVIZ_DPBF16
     if (bf16) {
-        tile_dpbf16((const uint16_t *)panel, K, in->h, in->ld, RMC, out, ostride);
+        tile_dpbf16((const uint16_t *)panel, K, in->h, in->ld, RMC, out, ostride, ahead);
         return;
     }
 #endif
-    if (bf16) tile_f32(panel, 1, K, in->f, in->ld, RMC, out, ostride);
-    else tile_f32(panel, 0, K, in->f, in->ld, RMC, out, ostride);
+    if (bf16) tile_f32(panel, 1, K, in->f, in->ld, RMC, out, ostride, ahead);
+    else tile_f32(panel, 0, K, in->f, in->ld, RMC, out, ostride, ahead);
 }
 
-/* Every row of one panel: tiles of RM rows, the last one shorter. */
+/* Every row of one panel: ceil(M / RM) tiles of near-equal rows (8 rows: 4 + 4, not 6 + 2). Where there are
+ * several, each asks for its share of the next panel (ahead, NULL for none): without that, the first tile of a
+ * panel waited on memory and the later ones ran from cache while the memory bus idled (16 rows: ~2 ms of 21).
+ * Built with -DSPECVIZ_NO_AHEAD (SPECVIZ_NATIVE_CFLAGS), it asks for nothing: the A/B switch. */
 static void product_panel(const void *panel, int bf16, const Input *in, int64_t M, int64_t K, float *out,
-                          int64_t ostride) {
-    for (int64_t m = 0; m < M; m += RM) {
+                          int64_t ostride, const char *ahead) {
+    const int64_t tiles = (M + RM - 1) / RM, base = M / tiles, longer = M % tiles;
+    const int64_t bytes = panel_elems(K, bf16) * (bf16 ? 2 : 4), lines = (bytes + 63) / 64;
+    for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
         float *o = out + m * ostride;
         Input at = rows_from(in, m);
-        switch (M - m < RM ? (int)(M - m) : RM) {
+        Ahead pf = no_ahead();
+#ifndef SPECVIZ_NO_AHEAD
+        if (ahead && tiles > 1)
+            pf = (Ahead){ahead + lines * t / tiles * 64, ahead + lines * (t + 1) / tiles * 64, 0, 64 * tiles};
+#endif
+        switch ((int)(base + (t < longer))) {
 #define TILE_CASE(n)                                                                                                  \
-    case n: tile(panel, bf16, &at, K, n < RM ? n : RM, o, ostride); break;
+    case n: tile(panel, bf16, &at, K, n < RM ? n : RM, o, ostride, pf); break;
             TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7) TILE_CASE(8)
 #if RM > 8
             TILE_CASE(9) TILE_CASE(10) TILE_CASE(11) TILE_CASE(12)
@@ -427,7 +459,7 @@ static void product_panel(const void *panel, int bf16, const Input *in, int64_t 
             TILE_CASE(21) TILE_CASE(22) TILE_CASE(23) TILE_CASE(24)
 #endif
 #undef TILE_CASE
-        default: tile(panel, bf16, &at, K, RM, o, ostride);
+        default: tile(panel, bf16, &at, K, RM, o, ostride, pf);
         }
     }
 }
@@ -435,20 +467,21 @@ static void product_panel(const void *panel, int bf16, const Input *in, int64_t 
 /* y[m * ystride + n] for m < M, n in [n0, n1): the panels that cover them. A panel wholly inside is written
  * in place; one cut by n0 or n1 (a head narrower than a panel, the last rows) goes through a buffer. */
 static void product(const void *packed, int bf16, const Input *in, int64_t M, int64_t K, int64_t n0, int64_t n1,
-                    float *y, int64_t ystride) {
+                    float *y, int64_t ystride, const char *ahead) {
     const int64_t pe = panel_elems(K, bf16), es = bf16 ? 2 : 4;
     for (int64_t p = n0 / P; p * P < n1; p++) {
         const void *panel = (const char *)packed + p * pe * es;
         const int64_t first = p * P > n0 ? p * P : n0, last = p * P + P < n1 ? p * P + P : n1;
+        const char *next = (p + 1) * P < n1 ? (const char *)panel + pe * es : ahead;
         if (first == p * P && last == p * P + P) {
-            product_panel(panel, bf16, in, M, K, y + first, ystride);
+            product_panel(panel, bf16, in, M, K, y + first, ystride, next);
             continue;
         }
         float part[RM * P];
         for (int64_t m0 = 0; m0 < M; m0 += RM) {
             int64_t rows = M - m0 < RM ? M - m0 : RM;
             Input at = rows_from(in, m0);
-            product_panel(panel, bf16, &at, rows, K, part, P);
+            product_panel(panel, bf16, &at, rows, K, part, P, NULL);
             for (int64_t m = 0; m < rows; m++)
                 for (int64_t n = first; n < last; n++) y[(m0 + m) * ystride + n] = part[m * P + n - p * P];
         }
@@ -493,10 +526,6 @@ static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64
     }
 }
 
-static void input_set_row(Input *in, int bf16, int64_t m, int64_t k0, const float *values, int64_t n) {
-    input_set_block(in, bf16, m, 1, k0, n, values, n);
-}
-
 /* Outputs [n0, n1) of an N-wide product for one thread of the team: contiguous panels. */
 static inline void share(int64_t N, int thread, int threads, int64_t *n0, int64_t *n1) {
     int64_t panels = (N + P - 1) / P;
@@ -510,6 +539,16 @@ static inline void share(int64_t N, int thread, int threads, int64_t *n0, int64_
  * at the barrier for ~10% of a step), and nine heads or panels do not split evenly in two. Which thread
  * computes a piece never changes its bits. */
 static inline int64_t take(int64_t *ticket) { return __atomic_fetch_add(ticket, 1, __ATOMIC_RELAXED); }
+
+/* A thread's next piece, claimed while it works on this one when its products take more than one tile (M > RM):
+ * the tiles after the first then ask for that piece's weights (prefetch), so the next panel's first tile reads
+ * from cache while the memory bus would otherwise idle through the later tiles. -1: no claim ahead. */
+static inline int64_t take_ahead(int64_t *ticket, int64_t M) { return M > RM ? take(ticket) : -1; }
+
+/* the packed weights of the panel holding output n0 */
+static inline const char *panel_at(const void *packed, int bf16, int64_t K, int64_t n0) {
+    return (const char *)packed + n0 / P * panel_elems(K, bf16) * (bf16 ? 2 : 4);
+}
 
 static inline float weight_at(const void *w, int bf16, int64_t i) {
     return bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
@@ -954,6 +993,14 @@ static void attend(const Shape *s, const Layer *ly, const Queries *g, int64_t ba
     }
 }
 
+/* Stage A's pieces are heads of q, then of k, then of v: piece u's weights and its head within them. */
+static inline const void *unit_weight(const Shape *s, const Layer *ly, int64_t u) {
+    return u < s->heads ? ly->q : u < s->heads + s->kv_heads ? ly->k : ly->v;
+}
+static inline int64_t unit_head(const Shape *s, int64_t u) {
+    return u < s->heads ? u : u < s->heads + s->kv_heads ? u - s->heads : u - s->heads - s->kv_heads;
+}
+
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
  * positions [M]; prefix: cache entries before these rows (the same for every layer given);
  * allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
@@ -1006,10 +1053,13 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             const Layer *ly = &layers[li];
             /* A: norm (each thread its own copy), q ‖ k ‖ v, RoPE, keys and values into the cache */
             rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine);
-            for (int64_t u = take(&tickets[li][0]); u < units; u = take(&tickets[li][0])) {
-                const void *weight = u < s->heads ? ly->q : u < s->heads + s->kv_heads ? ly->k : ly->v;
-                int64_t first = u < s->heads ? u : u < s->heads + s->kv_heads ? u - s->heads : u - s->heads - s->kv_heads;
-                product(weight, bf16, mine, M, d, first * hd, (first + 1) * hd, w.qkv + (u - first) * hd, qkv_size);
+            int64_t ahead = -1;
+            for (int64_t u = take(&tickets[li][0]); u < units; u = ahead >= 0 ? ahead : take(&tickets[li][0])) {
+                ahead = take_ahead(&tickets[li][0], M);
+                const void *weight = unit_weight(s, ly, u);
+                int64_t first = unit_head(s, u);
+                product(weight, bf16, mine, M, d, first * hd, (first + 1) * hd, w.qkv + (u - first) * hd, qkv_size,
+                        ahead >= 0 && ahead < units ? panel_at(unit_weight(s, ly, ahead), bf16, d, unit_head(s, ahead) * hd) : NULL);
                 for (int64_t m = 0; m < M; m++) {
                     float *head = w.qkv + m * qkv_size + u * hd;
                     if (u < s->heads + s->kv_heads) rotate(head, hd, w.rope + m * hd);
@@ -1041,33 +1091,43 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             }
             CLOCK_MEET(thread, 1, &barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns) */
-            for (int64_t p = take(&tickets[li][2]); p * P < d; p = take(&tickets[li][2])) {
+            ahead = -1;
+            for (int64_t p = take(&tickets[li][2]); p * P < d; p = ahead >= 0 ? ahead : take(&tickets[li][2])) {
+                ahead = take_ahead(&tickets[li][2], M);
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
-                product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d);
+                product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d,
+                        ahead >= 0 && ahead * P < d ? panel_at(ly->o, bf16, q_size, ahead * P) : NULL);
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
             }
             CLOCK_MEET(thread, 2, &barrier, team, &sense);
             /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
-            for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = take(&tickets[li][3])) {
+            ahead = -1;
+            const int64_t panel_bytes = panel_elems(d, bf16) * (bf16 ? 2 : 4);
+            for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = ahead >= 0 ? ahead : take(&tickets[li][3])) {
+                ahead = take_ahead(&tickets[li][3], M);
                 int64_t n = p * P, e = n + P < s->inter ? n + P : s->inter;
                 float gate[64 * P], up[64 * P];
+                const char *pair = (const char *)ly->gate_up + 2 * p * panel_bytes;
+                const char *next_pair = ahead >= 0 && ahead * P < s->inter ? (const char *)ly->gate_up + 2 * ahead * panel_bytes : NULL;
                 for (int64_t m0 = 0; m0 < M; m0 += 64) {
                     int64_t mc = M - m0 < 64 ? M - m0 : 64;
                     Input part = rows_from(mine, m0);
-                    const char *pair = (const char *)ly->gate_up + 2 * p * panel_elems(d, bf16) * (bf16 ? 2 : 4);
-                    product_panel(pair, bf16, &part, mc, d, gate, P); /* all P lanes: the buffer holds them */
-                    product_panel(pair + panel_elems(d, bf16) * (bf16 ? 2 : 4), bf16, &part, mc, d, up, P);
+                    product_panel(pair, bf16, &part, mc, d, gate, P, pair + panel_bytes); /* all P lanes: the buffer holds them */
+                    product_panel(pair + panel_bytes, bf16, &part, mc, d, up, P, next_pair);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
                     input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }
             }
             CLOCK_MEET(thread, 3, &barrier, team, &sense);
             /* E: down projection, added to the residual, rounded to the model's dtype at the layer's end */
-            for (int64_t p = take(&tickets[li][4]); p * P < d; p = take(&tickets[li][4])) {
+            ahead = -1;
+            for (int64_t p = take(&tickets[li][4]); p * P < d; p = ahead >= 0 ? ahead : take(&tickets[li][4])) {
+                ahead = take_ahead(&tickets[li][4], M);
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
-                product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d);
+                product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d,
+                        ahead >= 0 && ahead * P < d ? panel_at(ly->down, bf16, s->inter, ahead * P) : NULL);
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = n0; n < n1; n++) {
                         float value = w.residual[m * d + n] + w.qkv[m * d + n];
@@ -1102,8 +1162,12 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
 #endif
 #pragma omp parallel num_threads(threads)
     {
-        for (int64_t p = take(&next); p * P < vocab; p = take(&next))
-            product(head, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab, logits, vocab);
+        int64_t ahead = -1;
+        for (int64_t p = take(&next); p * P < vocab; p = ahead >= 0 ? ahead : take(&next)) {
+            ahead = take_ahead(&next, M);
+            product(head, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab, logits, vocab,
+                    ahead >= 0 && ahead * P < vocab ? panel_at(head, bf16, s->d, ahead * P) : NULL);
+        }
     }
 #ifdef SPECVIZ_STAGE_CLOCK
     stage_wall[5] += clock_now() - started;
@@ -1138,7 +1202,7 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int64_t N
         team_position(&thread, &team);
         int64_t n0, n1;
         share(N, thread, team, &n0, &n1);
-        product(w, bf16, &in, M, K, n0, n1, y, N);
+        product(w, bf16, &in, M, K, n0, n1, y, N, NULL);
         if (bias)
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = n0; n < n1; n++) y[m * N + n] += load_hidden(bias, bf16, n);
