@@ -140,3 +140,32 @@ def test_hass_objective_is_the_cross_entropy_on_the_targets_top_k():
 
     with pytest.raises(ValueError, match="hass_top_k"):
         Eagle3Student("x", None, None, 2, hass_top_k=-1)
+
+
+def test_init_from_an_eagle3_head_continues_it_on_its_own_feature_layers(setup, monkeypatch):
+    """``--init-from eagle3``: every trained tensor taken as it is, the feature layers read off its card, and
+    other feature layers refused."""
+    from engines.drafters.trained import save_trained
+    from engines.training.recipes import eagle3_students
+
+    engine, _, root = setup
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(root / "continue"))
+    stack = engine.target
+    torch.manual_seed(2)
+    trained = Eagle3Head(stack, torch.arange(48), (1, 2, 3)).float()
+    with torch.no_grad():
+        for p in trained.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    save_trained("old3", trained, {"kind": "eagle", "architecture": "eagle3", "feature_layers": [1, 2, 3],
+                                   "draft_vocab_size": 48})
+    (student,), cards = eagle3_students(stack, torch.arange(48), init_from="old3")
+    head = student.module
+    assert head.feature_layers == (1, 2, 3) and cards["eagle3"]["initialised_from"] == "old3"
+    for name, tensor in trained.state_dict().items():
+        if name.startswith(("fc.", "layer.", "layer_norms.", "combine.", "out_norm.")):
+            assert torch.allclose(head.state_dict()[name], tensor.half().float()), name
+    with pytest.raises(ValueError, match=r"feature_layers must be \[1, 2, 3\]"):
+        eagle3_students(stack, torch.arange(48), feature_layers=(1, 3, 4), init_from="old3")
+    with pytest.raises(ValueError, match="continue lacks or misshapes"):
+        head.start_from({"combine.weight": torch.zeros(1)})

@@ -60,8 +60,13 @@ class Eagle3Head(EagleHead):
         instead of learning a layer from the target's copy. Why it starts equal to it: with the last layer as the
         high feature (its norm is the final norm the EAGLE head reads through) and the fusion passing that layer
         alone, the first draft's input is the EAGLE head's; the output norm, set to ones, only rescales the
-        logits, so the first draft's argmax is the EAGLE head's too. ValueError if the high layer is not the
+        logits, so the first draft's argmax is the EAGLE head's too. A state that holds a fusion (``combine``) is
+        an EAGLE-3 head's: training then continues it, every trained tensor taken as it is (its feature layers
+        must be this head's: the recipe reads them off its card). ValueError if the high layer is not the
         last or the state is no EAGLE head of this shape."""
+        if "combine.weight" in eagle_state:
+            self._continue_from(eagle_state)
+            return
         last = self.stack.n_layers
         if self.feature_layers[2] != last:
             raise ValueError(f"feature_layers must end at the last layer ({last}) to start from an EAGLE head, "
@@ -76,6 +81,17 @@ class Eagle3Head(EagleHead):
             for name, tensor in wanted.items():
                 tensor.copy_(eagle_state[name])
             self.out_norm.weight.fill_(1.0)
+
+    def _continue_from(self, state: dict[str, torch.Tensor]) -> None:
+        wanted = {k: v for k, v in self.state_dict().items() if k.startswith(("fc.", "layer.", "layer_norms.",
+                                                                             "combine.", "out_norm."))}
+        wrong = sorted(k for k, v in wanted.items() if k not in state or state[k].shape != v.shape)
+        if wrong:
+            raise ValueError(f"the EAGLE-3 head to continue lacks or misshapes {wrong[:3]} "
+                             f"({len(wrong)} of {len(wanted)} tensors)")
+        with torch.no_grad():
+            for name, tensor in wanted.items():
+                tensor.copy_(state[name])
 
     @property
     def observe_layers(self) -> tuple[int, ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 import time
 from collections import Counter
@@ -140,7 +142,14 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     from engines.training.ttt import Eagle3Student
 
     depth = EagleConfig.depth if ttt_depth is None else ttt_depth
-    if init_from is not None and feature_layers is None:
+    started = shipped_card(init_from) if init_from is not None else {}
+    if started.get("architecture") == "eagle3":  # go on training an EAGLE-3 head: its feature layers
+        theirs = tuple(started["feature_layers"])
+        if feature_layers is not None and tuple(sorted(feature_layers)) != theirs:
+            raise ValueError(f"feature_layers must be {list(theirs)}, the layers {init_from!r} was trained on, "
+                             f"to continue it; got {list(feature_layers)}")
+        feature_layers = theirs
+    elif init_from is not None and feature_layers is None:
         low, middle, _ = default_feature_layers(stack.n_layers)
         feature_layers = (low, middle, stack.n_layers)
     head = Eagle3Head(stack, vocab_ids, feature_layers).float()
@@ -153,6 +162,16 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     if init_from is not None:
         card["initialised_from"] = init_from
     return [student], {name: card}
+
+
+def shipped_card(name: str) -> dict:
+    """A shipped drafter's card (``drafts_dir()/name/card.json``); ValueError naming the folder where it is missing."""
+    from engines.drafters.trained import drafts_dir
+
+    path = drafts_dir() / name / "card.json"
+    if not path.is_file():
+        raise ValueError(f"init-from must name a drafter in {drafts_dir()}, got {name!r} (no {path})")
+    return json.loads(path.read_text())
 
 
 def shipped_state(name: str) -> dict[str, torch.Tensor]:
