@@ -35,6 +35,17 @@ def check_feature_layers(layers: tuple[int, ...], n_layers: int) -> tuple[int, .
     return tuple(sorted(layers))
 
 
+def _copy_checked(state: dict[str, torch.Tensor], wanted: dict[str, torch.Tensor], what: str) -> None:
+    """Each tensor of ``wanted`` (a module's own, by name) filled from ``state``; ValueError naming ``what`` and the
+    first names missing or of another shape, before anything is copied."""
+    wrong = sorted(k for k, v in wanted.items() if k not in state or state[k].shape != v.shape)
+    if wrong:
+        raise ValueError(f"{what} lacks or misshapes {wrong[:3]} ({len(wrong)} of {len(wanted)} tensors)")
+    with torch.no_grad():
+        for name, tensor in wanted.items():
+            tensor.copy_(state[name])
+
+
 class Eagle3Head(EagleHead):
     architecture = "eagle3"
 
@@ -64,8 +75,10 @@ class Eagle3Head(EagleHead):
         an EAGLE-3 head's: training then continues it, every trained tensor taken as it is (its feature layers
         must be this head's: the recipe reads them off its card). ValueError if the high layer is not the
         last or the state is no EAGLE head of this shape."""
-        if "combine.weight" in eagle_state:
-            self._continue_from(eagle_state)
+        if "combine.weight" in eagle_state:  # an EAGLE-3 head: every trained tensor as it is
+            _copy_checked(eagle_state, {k: v for k, v in self.state_dict().items()
+                                        if k.startswith(("fc.", "layer.", "layer_norms.", "combine.", "out_norm."))},
+                          "the EAGLE-3 head to continue")
             return
         last = self.stack.n_layers
         if self.feature_layers[2] != last:
@@ -73,25 +86,9 @@ class Eagle3Head(EagleHead):
                              f"got {list(self.feature_layers)}")
         wanted = {f"fc.{k}": v for k, v in self.fc.state_dict().items()}
         wanted.update({f"layer.{k}": v for k, v in self.layer.state_dict().items()})
-        wrong = sorted(k for k, v in wanted.items() if k not in eagle_state or eagle_state[k].shape != v.shape)
-        if wrong:
-            raise ValueError(f"the EAGLE head to start from lacks or misshapes {wrong[:3]} "
-                             f"({len(wrong)} of {len(wanted)} tensors)")
+        _copy_checked(eagle_state, wanted, "the EAGLE head to start from")
         with torch.no_grad():
-            for name, tensor in wanted.items():
-                tensor.copy_(eagle_state[name])
             self.out_norm.weight.fill_(1.0)
-
-    def _continue_from(self, state: dict[str, torch.Tensor]) -> None:
-        wanted = {k: v for k, v in self.state_dict().items() if k.startswith(("fc.", "layer.", "layer_norms.",
-                                                                             "combine.", "out_norm."))}
-        wrong = sorted(k for k, v in wanted.items() if k not in state or state[k].shape != v.shape)
-        if wrong:
-            raise ValueError(f"the EAGLE-3 head to continue lacks or misshapes {wrong[:3]} "
-                             f"({len(wrong)} of {len(wanted)} tensors)")
-        with torch.no_grad():
-            for name, tensor in wanted.items():
-                tensor.copy_(state[name])
 
     @property
     def observe_layers(self) -> tuple[int, ...]:
