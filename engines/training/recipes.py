@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import hashlib
 import time
 from collections import Counter
@@ -142,7 +140,7 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     from engines.training.ttt import Eagle3Student
 
     depth = EagleConfig.depth if ttt_depth is None else ttt_depth
-    started = shipped_card(init_from) if init_from is not None else {}
+    started = _init_card(init_from) if init_from is not None else {}
     if started.get("architecture") == "eagle3":  # go on training an EAGLE-3 head: its feature layers
         theirs = tuple(started["feature_layers"])
         if feature_layers is not None and tuple(sorted(feature_layers)) != theirs:
@@ -164,14 +162,15 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     return [student], {name: card}
 
 
-def shipped_card(name: str) -> dict:
-    """A shipped drafter's card (``drafts_dir()/name/card.json``); ValueError naming the folder where it is missing."""
-    from engines.drafters.trained import drafts_dir
+def _init_card(name: str) -> dict:
+    """The card of the drafter ``--init-from`` names (:func:`~engines.drafters.trained.read_card`), its error
+    naming the option."""
+    from engines.drafters.trained import read_card
 
-    path = drafts_dir() / name / "card.json"
-    if not path.is_file():
-        raise ValueError(f"init-from must name a drafter in {drafts_dir()}, got {name!r} (no {path})")
-    return json.loads(path.read_text())
+    try:
+        return read_card(name)
+    except ValueError as error:
+        raise ValueError(f"init-from: {error}") from None
 
 
 def shipped_state(name: str) -> dict[str, torch.Tensor]:
