@@ -263,10 +263,7 @@ def train_command(args) -> int:
         except ValueError:
             raise ValueError(f"feature-layers must be three comma-separated layers, got {args.feature_layers!r}") \
                 from None
-        options = {"feature_layers": layers, "ttt_depth": args.ttt_depth, "hass_top_k": args.hass_top_k,
-                   "init_from": args.init_from}
-    elif args.init_from is not None:
-        raise ValueError(f"init-from is an eagle3 option, got it with drafter {args.drafter!r}")
+        options = {"feature_layers": layers, "ttt_depth": args.ttt_depth, "hass_top_k": args.hass_top_k}
     if args.checkpoint_minutes < 0:
         raise ValueError(f"checkpoint-minutes must be >= 0, got {args.checkpoint_minutes}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
@@ -285,7 +282,7 @@ def train_command(args) -> int:
 
     command = "specviz train " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train"] else f"specviz train {args.drafter}"
     saved = train_drafters(args.drafter, engine.target, engine.name, args.corpus or DEFAULT_CORPUS, config,
-                           command, progress, **options)
+                           command, progress, init_from=args.init_from, **options)
     bar.close()
     torch.set_float32_matmul_precision(previous_precision)  # acceptance is measured on the exact target
     from .experiments.drafter_cards import record_acceptance

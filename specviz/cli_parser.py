@@ -196,9 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hass-top-k", type=int, default=0,
                        help="eagle3: add HASS's objective on the target's top K tokens at every step (0: off)")
     train.add_argument("--init-from", default=None,
-                       help="eagle3: start from this shipped EAGLE head's fc and layer (e.g. eagle; the high "
-                            "feature layer is then the last), or go on training a shipped EAGLE-3 head (e.g. "
-                            "eagle3; its feature layers)")
+                       help="warm start: 'shipped' starts each drafter from the shipped one of its name (a "
+                            "CPU hour refines what a longer run learned); a drafter's name starts a one-drafter run "
+                            "from it. eagle3: from an EAGLE head's fc and layer (e.g. eagle; the high feature "
+                            "layer is then the last), or on from a shipped EAGLE-3 head (its feature layers)")
     train.add_argument("--checkpoint", default=None,
                        help="resume from this file when it exists; written as training goes and removed once every "
                             "drafter is saved")

@@ -250,6 +250,20 @@ def test_all_families_train_in_one_run_within_a_time_budget(setup, monkeypatch):
         recipes.drafter_families("eagle,nope")
 
 
+def test_a_run_can_name_shipped_drafters_alone():
+    """``specviz train exit@8-layer,tiny,cats@3``: each named drafter with the options that build it alone (a
+    CATS adapter drafts or verifies as its shipped card says), its family's learning rate, families in order."""
+    from engines.training.recipes import drafter_families, is_family_list
+
+    assert drafter_families("cats@20,tiny,exit@8-layer,cats@3,exit@15-norm") == [
+        ("tiny", {}, 5e-4), ("exit", {"exit_layers": (8,), "head_kinds": ("layer",)}, None),
+        ("exit", {"exit_layers": (15,), "head_kinds": ("norm",)}, None),
+        ("cats", {"dm_layer": None, "sv_layer": 20}, None), ("cats", {"dm_layer": 3, "sv_layer": ()}, None)]
+    assert is_family_list("exit@8-layer") and not is_family_list("exit")
+    with pytest.raises(ValueError, match="shipped drafters' names"):
+        drafter_families("exit@8-middle")
+
+
 def test_heldout_sample_spreads_over_the_split_and_keeps_about_the_cap():
     heldout = [{"answer_ids": [i] * 100, "source": "seeds" if i < 10 else "v2"} for i in range(100)]
     sample = heldout_sample(heldout, positions=2_000)
@@ -268,3 +282,42 @@ def test_the_learning_rate_rises_over_the_warm_up_then_decays_to_zero():
     assert lr_factor(50, 100, warmup=10) == lr_factor(50, 100)  # after the rise, the same cosine
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainConfig(warmup_steps=-1).validate()
+
+
+def test_init_from_shipped_starts_each_drafter_from_the_shipped_one_of_its_name(setup, monkeypatch):
+    """``--init-from shipped``: each student's trained tensors are the shipped drafter's of its name (as stored,
+    in fp16), read out through the run's own draft vocabulary; a drafter of another kind, or one name for several
+    students, is refused before training."""
+    from engines.drafters.trained import save_trained, trained_state
+    from engines.training.recipes import build_students, start_from_shipped
+
+    engine, _, root = setup
+    monkeypatch.setenv("SPECVIZ_DRAFTS", str(root / "warm"))
+    stack = engine.target
+
+    def students(vocab):
+        built, extra = build_students("tiny", stack, vocab, tiny_layers=2, tiny_trained=1)
+        exits, described = build_students("exit", stack, vocab, exit_layers=(2,), head_kinds=("layer",))
+        return built + exits, {**extra, **described}
+
+    torch.manual_seed(4)
+    shipped, shipped_cards = students(torch.arange(48))
+    for student in shipped:
+        with torch.no_grad():
+            for p in student.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        save_trained(student.name, student.module, shipped_cards[student.name])
+    fresh, cards = students(torch.arange(40))  # another corpus, another draft vocabulary
+    start_from_shipped(fresh, cards, "shipped")
+    for old, new in zip(shipped, fresh):
+        assert cards[new.name]["initialised_from"] == new.name
+        theirs, ours = trained_state(old.module, cards[old.name]), trained_state(new.module, cards[new.name])
+        assert theirs.keys() == ours.keys() and theirs
+        for key, tensor in theirs.items():
+            assert torch.equal(ours[key], tensor.half().float()), (new.name, key)
+    assert torch.equal(fresh[0].module.draft_vocab, torch.arange(40))
+    with pytest.raises(ValueError, match="init-from must be 'shipped'.*several drafters"):
+        start_from_shipped(*students(torch.arange(40)), "tiny")
+    exit_only, exit_cards = build_students("exit", stack, torch.arange(40), exit_layers=(2,), head_kinds=("layer",))
+    with pytest.raises(ValueError, match="init-from: 'tiny' is a drafter of kind 'tiny', 'exit@2-layer' of kind 'exit_layer'"):
+        start_from_shipped(exit_only, exit_cards, "tiny")

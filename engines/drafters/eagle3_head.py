@@ -35,7 +35,7 @@ def check_feature_layers(layers: tuple[int, ...], n_layers: int) -> tuple[int, .
     return tuple(sorted(layers))
 
 
-def _copy_checked(state: dict[str, torch.Tensor], wanted: dict[str, torch.Tensor], what: str) -> None:
+def copy_checked(state: dict[str, torch.Tensor], wanted: dict[str, torch.Tensor], what: str) -> None:
     """Each tensor of ``wanted`` (a module's own, by name) filled from ``state``; ValueError naming ``what`` and the
     first names missing or of another shape, before anything is copied."""
     wrong = sorted(k for k, v in wanted.items() if k not in state or state[k].shape != v.shape)
@@ -76,7 +76,7 @@ class Eagle3Head(EagleHead):
         must be this head's: the recipe reads them off its card). ValueError if the high layer is not the
         last or the state is no EAGLE head of this shape."""
         if "combine.weight" in eagle_state:  # an EAGLE-3 head: every trained tensor as it is
-            _copy_checked(eagle_state, {k: v for k, v in self.state_dict().items()
+            copy_checked(eagle_state, {k: v for k, v in self.state_dict().items()
                                         if k.startswith(("fc.", "layer.", "layer_norms.", "combine.", "out_norm."))},
                           "the EAGLE-3 head to continue")
             return
@@ -86,7 +86,7 @@ class Eagle3Head(EagleHead):
                              f"got {list(self.feature_layers)}")
         wanted = {f"fc.{k}": v for k, v in self.fc.state_dict().items()}
         wanted.update({f"layer.{k}": v for k, v in self.layer.state_dict().items()})
-        _copy_checked(eagle_state, wanted, "the EAGLE head to start from")
+        copy_checked(eagle_state, wanted, "the EAGLE head to start from")
         with torch.no_grad():
             self.out_norm.weight.fill_(1.0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -10,13 +11,13 @@ from typing import Callable
 
 import torch
 
-from engines.drafters.eagle3_head import Eagle3Head, default_feature_layers
+from engines.drafters.eagle3_head import Eagle3Head, copy_checked, default_feature_layers
 from engines.drafters.heads import AdapterHead, EagleHead, ExitLayerHead, ExitNormHead
 from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.model_draft import tiny_model
 from engines.drafters.registry import KINDS_BY_NAME
 from engines.drafters.streaming import StreamingDraft
-from engines.drafters.trained import exit_head_name, save_trained
+from engines.drafters.trained import exit_head_name, save_trained, trained_state
 from engines.model.layers import LayerStack
 from engines.model.machine import cpu_supports_bf16
 from engines.training.data import draft_vocabulary, split_corpus, vocabulary_coverage
@@ -162,6 +163,32 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     return [student], {name: card}
 
 
+SHIPPED = "shipped"  # --init-from shipped: every drafter of the run goes on from the shipped one of its own name
+
+
+def start_from_shipped(students: list[Student], extra: dict, init_from: str | None) -> None:
+    """Warm-start every student but an EAGLE-3 head (its recipe starts it itself) from a shipped drafter's trained
+    tensors: the one of its own name (``init_from == "shipped"``), or the one ``init_from`` names when the run has
+    a single such student. Why: a CPU hour on prompts people write refines what a GPU run learned on many more
+    positions, where starting over would throw that away. The draft vocabulary is the run's own: every family
+    reads out through the target's (frozen) LM head, so its rows are not among the trained tensors.
+    ValueError naming the option when the source is of another kind or shape, before any training."""
+    if init_from is None:
+        return
+    starting = [s for s in students if extra[s.name].get("architecture") != "eagle3"]
+    if starting and init_from != SHIPPED and len(starting) != 1:
+        raise ValueError(f"init-from must be {SHIPPED!r} (each drafter from the shipped one of its name) when a run "
+                         f"trains several drafters ({[s.name for s in starting]}), got {init_from!r}")
+    for student in starting:
+        source = student.name if init_from == SHIPPED else init_from
+        theirs, ours = _init_card(source), extra[student.name]
+        if (theirs.get("kind"), theirs.get("architecture")) != (ours["kind"], ours.get("architecture")):
+            raise ValueError(f"init-from: {source!r} is a drafter of kind {theirs.get('kind')!r}, {student.name!r} "
+                             f"of kind {ours['kind']!r}")
+        copy_checked(shipped_state(source), trained_state(student.module, ours), f"init-from {source!r}")
+        ours["initialised_from"] = source
+
+
 def _init_card(name: str) -> dict:
     """The card of the drafter ``--init-from`` names (:func:`~engines.drafters.trained.read_card`), its error
     naming the option."""
@@ -210,19 +237,44 @@ ALL_DRAFTERS: tuple[tuple[str, dict, float | None], ...] = (
 
 
 def is_family_list(kind: str) -> bool:
-    """``"all"`` or a comma-separated list: families trained with their shipped options, not one family with
-    the caller's."""
-    return kind == "all" or "," in kind
+    """``"all"``, a comma-separated list or one shipped drafter's name (``exit@8-layer``): families or drafters
+    trained with their shipped options, not one family with the caller's."""
+    return kind == "all" or "," in kind or shipped_drafter_options(kind) is not None
+
+
+def shipped_drafter_options(name: str) -> tuple[str, dict] | None:
+    """One shipped drafter's family and the options that build it alone, from its name (``exit@8-layer``,
+    ``cats@3``: its card says whether it drafts or verifies); None for a family's name or an unknown one. Why:
+    a short CPU run refines the few drafters the methods read (``exit@8-layer,tiny,cats@3``) on one teacher
+    pass, where a family's shipped set (14 exit heads) would share the run's steps among all."""
+    exit_head = re.fullmatch(r"exit@(\d+)-(norm|layer)", name)
+    if exit_head:
+        return "exit", {"exit_layers": (int(exit_head[1]),), "head_kinds": (exit_head[2],)}
+    adapter = re.fullmatch(r"cats@(\d+)", name)
+    if adapter:
+        layer = int(adapter[1])
+        from engines.drafters.trained import read_card
+
+        role = read_card(name).get("cats_role")
+        return "cats", ({"dm_layer": layer, "sv_layer": ()} if role == "draft" else {"dm_layer": None, "sv_layer": layer})
+    return None
 
 
 def drafter_families(kind: str) -> list[tuple[str, dict, float | None]]:
-    """``"all"`` or ``"eagle,tiny,ss"`` → those entries of :data:`ALL_DRAFTERS`, in its order."""
+    """``"all"``, ``"eagle,tiny,ss"`` or ``"exit@8-layer,tiny,cats@3"`` → (family, options, learning rate) per entry:
+    a family as :data:`ALL_DRAFTERS` sets it, a shipped drafter alone with its family's learning rate; families
+    in :data:`ALL_DRAFTERS`' order, each drafter after its family's place."""
     known = [family for family, _, _ in ALL_DRAFTERS]
     wanted = known if kind == "all" else [k.strip() for k in kind.split(",") if k.strip()]
-    unknown = sorted(set(wanted) - set(known))
+    named = {k: shipped_drafter_options(k) for k in wanted if k not in known}
+    unknown = sorted(k for k, options in named.items() if options is None)
     if unknown or not wanted:
-        raise ValueError(f"drafter must be all or a comma-separated list of {known}; got {kind!r}")
-    return [entry for entry in ALL_DRAFTERS if entry[0] in wanted]
+        raise ValueError(f"drafter must be all or a comma-separated list of {known} or shipped drafters' names "
+                         f"(exit@8-layer, cats@3); got {kind!r}")
+    rates = {family: lr for family, _, lr in ALL_DRAFTERS}
+    entries = [entry for entry in ALL_DRAFTERS if entry[0] in wanted]
+    entries += [(family, options, rates[family]) for family, options in named.values()]
+    return sorted(entries, key=lambda entry: known.index(entry[0]))
 
 
 def corpus_paths(corpus: str | Path | list) -> list[Path]:
@@ -246,10 +298,11 @@ def corpus_fingerprint(paths: list[Path]) -> str:
 def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str | Path | list = DEFAULT_CORPUS,
                    config: TrainConfig | None = None, command: str = "",
                    progress: Callable[[int, int, dict], None] | None = None, draft_vocab_size: int = DRAFT_VOCAB_SIZE,
-                   **options) -> list[tuple[str, dict]]:
+                   init_from: str | None = None, **options) -> list[tuple[str, dict]]:
     """Train, save and describe the drafters of ``kind``: one family with ``options``, or ``"all"`` or a
     comma-separated list of families (``"eagle,tiny,ss"``), each as :data:`ALL_DRAFTERS` sets it, on one teacher
-    pass per batch; returns (name, card) for each."""
+    pass per batch; returns (name, card) for each. ``init_from``: ``"shipped"`` starts each drafter from the
+    shipped one of its name; a drafter's name starts the run's one drafter (or its EAGLE-3 head) from it."""
     config = config or TrainConfig()
     paths = corpus_paths(corpus)
     train, heldout = split_corpus(paths)
@@ -259,11 +312,14 @@ def train_drafters(kind: str, stack: LayerStack, target_name: str, corpus: str |
     families = drafter_families(kind) if is_family_list(kind) else [(kind, options, None)]
     students, extra = [], {}
     for family, family_options, lr in families:
+        if family == "eagle3" and init_from is not None:  # EAGLE-3's recipe starts its head itself
+            family_options = {**family_options, "init_from": "eagle3" if init_from == SHIPPED else init_from}
         built, described = build_students(family, stack, vocab_ids, **family_options)
         for student in built:
             student.lr = lr
         students += built
         extra.update(described)
+    start_from_shipped(students, extra, init_from)
     for student in students:
         student.module.to(stack.device)
     measured = heldout_sample(heldout)
