@@ -228,7 +228,7 @@ def train_command(args) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from engines.training.recipes import DEFAULT_CORPUS, drafter_families, train_drafters
+    from engines.training.recipes import DEFAULT_CORPUS, SHIPPED, drafter_families, init_card, train_drafters
     from engines.training.train import TrainConfig
 
     if args.acceptance_tokens < 1:
@@ -236,6 +236,8 @@ def train_command(args) -> int:
     if args.max_minutes is not None and not args.max_minutes > 0:
         raise ValueError(f"max-minutes must be > 0, got {args.max_minutes}")
     drafter_families(args.drafter)  # a ValueError naming the families before the model loads
+    if args.init_from not in (None, SHIPPED):
+        init_card(args.init_from)  # and one naming --init-from's drafter
     options = {}
     if args.drafter == "exit":
         options = {"exit_layers": tuple(int(x) for x in args.exit_layers.split(",")),

@@ -77,8 +77,8 @@ class Eagle3Head(EagleHead):
         last or the state is no EAGLE head of this shape."""
         if "combine.weight" in eagle_state:  # an EAGLE-3 head: every trained tensor as it is
             copy_checked(eagle_state, {k: v for k, v in self.state_dict().items()
-                                        if k.startswith(("fc.", "layer.", "layer_norms.", "combine.", "out_norm."))},
-                          "the EAGLE-3 head to continue")
+                                       if k.startswith(("fc.", "layer.", "layer_norms.", "combine.", "out_norm."))},
+                         "the EAGLE-3 head to continue")
             return
         last = self.stack.n_layers
         if self.feature_layers[2] != last:

@@ -141,7 +141,7 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
     from engines.training.ttt import Eagle3Student
 
     depth = EagleConfig.depth if ttt_depth is None else ttt_depth
-    started = _init_card(init_from) if init_from is not None else {}
+    started = init_card(init_from) if init_from is not None else {}
     if started.get("architecture") == "eagle3":  # go on training an EAGLE-3 head: its feature layers
         theirs = tuple(started["feature_layers"])
         if feature_layers is not None and tuple(sorted(feature_layers)) != theirs:
@@ -181,7 +181,7 @@ def start_from_shipped(students: list[Student], extra: dict, init_from: str | No
                          f"trains several drafters ({[s.name for s in starting]}), got {init_from!r}")
     for student in starting:
         source = student.name if init_from == SHIPPED else init_from
-        theirs, ours = _init_card(source), extra[student.name]
+        theirs, ours = init_card(source), extra[student.name]
         if (theirs.get("kind"), theirs.get("architecture")) != (ours["kind"], ours.get("architecture")):
             raise ValueError(f"init-from: {source!r} is a drafter of kind {theirs.get('kind')!r}, {student.name!r} "
                              f"of kind {ours['kind']!r}")
@@ -189,7 +189,7 @@ def start_from_shipped(students: list[Student], extra: dict, init_from: str | No
         ours["initialised_from"] = source
 
 
-def _init_card(name: str) -> dict:
+def init_card(name: str) -> dict:
     """The card of the drafter ``--init-from`` names (:func:`~engines.drafters.trained.read_card`), its error
     naming the option."""
     from engines.drafters.trained import read_card
@@ -256,7 +256,8 @@ def shipped_drafter_options(name: str) -> tuple[str, dict] | None:
         from engines.drafters.trained import read_card
 
         role = read_card(name).get("cats_role")
-        return "cats", ({"dm_layer": layer, "sv_layer": ()} if role == "draft" else {"dm_layer": None, "sv_layer": layer})
+        alone = {"dm_layer": layer, "sv_layer": ()} if role == "draft" else {"dm_layer": None, "sv_layer": layer}
+        return "cats", alone
     return None
 
 
