@@ -62,6 +62,7 @@ def test_train_errors_are_clear_before_the_model_loads():
     done = specviz("train", "exit@8-layer", "--init-from", "nowhere")
     assert done.returncode == 2 and "init-from: " in done.stderr and "'nowhere'" in done.stderr
 
+
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the AVX2 build is x86-64's")
 def test_verify_cost_names_the_native_build_and_keys_the_avx2_builds_curve_apart():
     done = specviz("verify-cost", "--dtype", "bfloat16", "--isa", "avx2")
