@@ -295,10 +295,15 @@ def test_init_from_shipped_starts_each_drafter_from_the_shipped_one_of_its_name(
     monkeypatch.setenv("SPECVIZ_DRAFTS", str(root / "warm"))
     stack = engine.target
 
-    def students(vocab):
-        built, extra = build_students("tiny", stack, vocab, tiny_layers=2, tiny_trained=1)
-        exits, described = build_students("exit", stack, vocab, exit_layers=(2,), head_kinds=("layer",))
-        return built + exits, {**extra, **described}
+    def students(vocab):  # one drafter of every family but eagle3 (whose recipe starts it: test_training_eagle3)
+        built, extra = [], {}
+        for family, options in (("tiny", {"tiny_layers": 2, "tiny_trained": 1}),
+                                ("exit", {"exit_layers": (2,), "head_kinds": ("layer",)}),
+                                ("ss", {"tiny_layers": 2, "tiny_trained": 1}), ("eagle", {}),
+                                ("cats", {"dm_layer": 1, "sv_layer": ()}), ("moa", {"tli": (1,)})):
+            more, described = build_students(family, stack, vocab, **options)
+            built, extra = built + more, {**extra, **described}
+        return built, extra
 
     torch.manual_seed(4)
     shipped, shipped_cards = students(torch.arange(48))
