@@ -301,7 +301,7 @@ def train_command(args) -> int:
 def agreement_command(args) -> int:
     from tqdm.auto import tqdm
 
-    from engines.training.agreement import by_provenance, depth_agreement, topk_agreement
+    from engines.training.agreement import by_category, by_provenance, depth_agreement, topk_agreement
     from engines.training.data import split_corpus
     from engines.training.recipes import DEFAULT_CORPUS, corpus_paths
 
@@ -316,6 +316,8 @@ def agreement_command(args) -> int:
         raise ValueError("drafters must name at least one drafter from data/drafts")
     if args.by_provenance and args.on != "heldout":
         raise ValueError("--by-provenance needs --on heldout (the evaluation prompts are all human-written)")
+    if args.by_category and args.on != "eval":
+        raise ValueError("--by-category needs --on eval (held-out records are grouped by --by-provenance)")
     if args.depth is not None and args.depth < 1:
         raise ValueError(f"depth must be >= 1, got {args.depth}")
     engine = Engine.load(dtype=args.dtype, device=args.device)
@@ -330,11 +332,13 @@ def agreement_command(args) -> int:
         bar.total = total
         bar.update(1)
 
-    groups = by_provenance(records) if args.by_provenance else {"all": records}
+    groups = by_provenance(records) if args.by_provenance else by_category(records) if args.by_category \
+        else {"all": records}
     report = {"on": args.on, "dtype": engine.dtype, "records": len(records), "groups": {}}
     for group, members in groups.items():
         result = topk_agreement(engine.target, names, members, ks, progress=progress)
-        print(f"target's next token among the drafter's top k ({args.on}, prompts written by {group}, "
+        which = f"category {group}" if args.by_category else f"prompts written by {group}"
+        print(f"target's next token among the drafter's top k ({args.on}, {which}, "
               f"{sum(len(r['answer_ids']) for r in members)} answer tokens, {engine.dtype})")
         print("| drafter | " + " | ".join(f"top-{k}" for k in ks) + " |\n|---|" + "---|" * len(ks))
         for name, row in result.items():
@@ -354,7 +358,7 @@ def agreement_command(args) -> int:
         print()
     bar.close()
     if args.out:
-        if not args.by_provenance and not args.depth:  # the file's earlier shape, which recorded runs have
+        if not args.by_provenance and not args.by_category and not args.depth:  # the earlier shape, as recorded
             report = {"on": args.on, "dtype": engine.dtype, "records": len(records),
                       "agreement": report["groups"]["all"]["agreement"]}
         write_json_atomic(args.out, report, indent=2)

@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also report top-k and αᵢ at each draft position 1..DEPTH (EAGLE heads unrolled)")
     agree.add_argument("--by-provenance", action="store_true",
                        help="with --on heldout: report human-, seed- and target-written prompts' answers apart")
+    agree.add_argument("--by-category", action="store_true",
+                       help="with --on eval: report each category's answers apart (translation, qa, …)")
     agree.add_argument("--out", default=None, help="also write the result as JSON to this file")
 
     cost = commands.add_parser("verify-cost", help="measure what a target forward of n tokens costs here "

@@ -5,7 +5,7 @@ are reported apart by who wrote their prompts."""
 import pytest
 import torch
 
-from engines.training.agreement import _count, by_provenance, depth_agreement, topk_agreement
+from engines.training.agreement import _count, by_category, by_provenance, depth_agreement, topk_agreement
 from engines.training.corpus import read_corpus
 from engines.training.recipes import train_drafters
 from engines.training.train import TrainConfig
@@ -59,6 +59,12 @@ def test_held_out_records_are_grouped_by_who_wrote_their_prompts():
     groups = by_provenance(records)
     assert list(groups) == ["human", "seed", "target"]
     assert [r["id"] for r in groups["human"]] == ["h-cc-1", "x"]
+
+
+def test_evaluation_records_are_grouped_by_category_in_order():
+    records = [{"id": 1, "category": "qa"}, {"id": 2, "category": "rag"}, {"id": 3, "category": "qa"}]
+    groups = by_category(records)
+    assert list(groups) == ["qa", "rag"] and [r["id"] for r in groups["qa"]] == [1, 3]
 
 
 def test_cards_report_held_out_agreement_apart_by_who_wrote_the_prompts(trained, monkeypatch, tmp_path):

@@ -118,6 +118,8 @@ def test_the_cli_refuses_bad_options_before_loading_the_model(capsys):
     assert "sources must name" in capsys.readouterr().err
     assert main(["agreement", "--on", "eval", "--by-provenance"]) == 2
     assert "--by-provenance needs --on heldout" in capsys.readouterr().err
+    assert main(["agreement", "--on", "heldout", "--by-category"]) == 2
+    assert "--by-category needs --on eval" in capsys.readouterr().err
     assert main(["agreement", "--depth", "0"]) == 2
     assert "depth must be >= 1" in capsys.readouterr().err
     assert main(["train", "eagle3", "--feature-layers", "a,b"]) == 2

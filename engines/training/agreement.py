@@ -192,3 +192,12 @@ def by_provenance(records: list[dict]) -> dict[str, list[dict]]:
     for record in records:
         groups.setdefault(provenance(record), []).append(record)
     return {name: groups[name] for name in PROVENANCES if name in groups}
+
+
+def by_category(records: list[dict]) -> dict[str, list[dict]]:
+    """Evaluation records grouped by their prompt's category (translation, qa, …), in the order they first come:
+    where a drafter's agreement on the evaluation prompts is lost, which the held-out groups cannot show."""
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(record["category"], []).append(record)
+    return groups

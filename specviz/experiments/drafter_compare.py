@@ -91,7 +91,8 @@ def answer_records(engine: Engine, max_new_tokens: int = 128, prompts_path=DEFAU
     for prompt in load_prompts(prompts_path):
         ids = engine.encode(prompt.turns[0])
         answer = engine.run(ids, "ar", max_new_tokens=max_new_tokens).token_ids
-        records.append({"id": prompt.question_id, "prompt_ids": ids, "answer_ids": answer, "mode": "greedy"})
+        records.append({"id": prompt.question_id, "prompt_ids": ids, "answer_ids": answer, "mode": "greedy",
+                        "category": prompt.category})
         if progress:
             progress(1)
     return records
