@@ -17,7 +17,15 @@ from engines.drafters.moa_head import MoAHead, moa_name
 from engines.drafters.model_draft import tiny_model
 from engines.drafters.registry import KINDS_BY_NAME
 from engines.drafters.streaming import StreamingDraft
-from engines.drafters.trained import exit_head_name, save_trained, trained_state
+from engines.drafters.trained import (
+    WEIGHTS,
+    drafts_dir,
+    exit_head_name,
+    read_card,
+    read_weights,
+    save_trained,
+    trained_state,
+)
 from engines.model.layers import LayerStack
 from engines.model.machine import cpu_supports_bf16
 from engines.training.data import draft_vocabulary, split_corpus, vocabulary_coverage
@@ -153,7 +161,7 @@ def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: 
         feature_layers = (low, middle, stack.n_layers)
     head = Eagle3Head(stack, vocab_ids, feature_layers).float()
     if init_from is not None:
-        head.start_from(shipped_state(init_from))
+        head.start_from(shipped_state(init_from, started))
     student = Eagle3Student(name, head, stack, depth, hass_top_k)
     loss = EAGLE3_LOSS.format(depth=depth) + (HASS_LOSS.format(k=hass_top_k) if hass_top_k else "")
     card = {"kind": "eagle", "architecture": "eagle3", "feature_layers": list(head.feature_layers),
@@ -185,31 +193,27 @@ def start_from_shipped(students: list[Student], extra: dict, init_from: str | No
         if (theirs.get("kind"), theirs.get("architecture")) != (ours["kind"], ours.get("architecture")):
             raise ValueError(f"init-from: {source!r} is a drafter of kind {theirs.get('kind')!r}, {student.name!r} "
                              f"of kind {ours['kind']!r}")
-        copy_checked(shipped_state(source), trained_state(student.module, ours), f"init-from {source!r}")
+        copy_checked(shipped_state(source, theirs), trained_state(student.module, ours), f"init-from {source!r}")
         ours["initialised_from"] = source
 
 
 def init_card(name: str) -> dict:
     """The card of the drafter ``--init-from`` names (:func:`~engines.drafters.trained.read_card`), its error
     naming the option."""
-    from engines.drafters.trained import read_card
-
     try:
         return read_card(name)
     except ValueError as error:
         raise ValueError(f"init-from: {error}") from None
 
 
-def shipped_state(name: str) -> dict[str, torch.Tensor]:
-    """A shipped drafter's trained tensors (``drafts_dir()/name/model.safetensors``), in fp32."""
-    from safetensors.torch import load_file
-
-    from engines.drafters.trained import drafts_dir
-
-    path = drafts_dir() / name / "model.safetensors"
+def shipped_state(name: str, card: dict | None = None) -> dict[str, torch.Tensor]:
+    """A shipped drafter's trained tensors in fp32, read as decoding reads them (:func:`read_weights`: the file
+    must be the one its card describes); ``card`` when the caller has already read it."""
+    path = drafts_dir() / name / WEIGHTS
     if not path.is_file():
         raise ValueError(f"init-from must name a drafter in {drafts_dir()}, got {name!r} (no {path})")
-    return {key: tensor.float() for key, tensor in load_file(str(path)).items()}
+    weights = read_weights(name, card if card is not None else init_card(name))
+    return {key: tensor.float() for key, tensor in weights.items()}
 
 
 EAGLE3_LOSS = ("Σ_{{j=1..{depth}}} KL(target ‖ head at draft step j) on the draft vocabulary, the head unrolled on "
@@ -253,8 +257,6 @@ def shipped_drafter_options(name: str) -> tuple[str, dict] | None:
     adapter = re.fullmatch(r"cats@(\d+)", name)
     if adapter:
         layer = int(adapter[1])
-        from engines.drafters.trained import read_card
-
         role = read_card(name).get("cats_role")
         alone = {"dm_layer": layer, "sv_layer": ()} if role == "draft" else {"dm_layer": None, "sv_layer": layer}
         return "cats", alone
