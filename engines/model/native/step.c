@@ -173,7 +173,20 @@ static inline vf load_bf16(const uint16_t *p) { /* one widening load: generic ve
     return v;
 #endif
 }
-static inline vf splat(float x) { return (vf){0} + x; }
+/* x in every lane. Not (vf){0} + x: 0 + x is not x for x = -0, so the compiler must add before it broadcasts, an
+ * FP add and a shuffle per input element in the products' inner loop on the ports the multiply-adds need, where a
+ * broadcast from memory is one load (AVX2 build, bf16: 8 rows 22.2 → 18.5 ms, 16 rows 39.4 → 31.7). */
+static inline vf splat(float x) {
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_set1_ps(x);
+#elif VL == 8 && defined(__AVX__)
+    return (vf)_mm256_set1_ps(x);
+#else
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = x;
+    return v;
+#endif
+}
 
 /* Lane for lane b > a ? b : a, the scalar running maximum's own comparison (a NaN in b never wins): a maximum is
  * exact, so taking it VL lanes at a time and then across the lanes gives the same value as one lane at a time in
