@@ -382,3 +382,30 @@ def test_a_cache_whose_storage_was_shrunk_under_it_is_refused(stack):
     cache.values[0].untyped_storage().resize_(0)
     with pytest.raises(ValueError, match=r"values of layer 0 must be .*contiguous on cpu whose storage does not hold it"):
         run(stack, cache=cache)
+
+
+def test_a_layer_with_part_of_an_mlp_is_refused(stack):
+    """An attention-only block hands C no MLP at all (gate_up, down and norm2 NULL). A layer missing one module
+    of an MLP is refused in Python, naming the layer; pointers for part of one are refused by C itself."""
+    import ctypes
+
+    reference = expected(stack)
+    layer = stack.layers[0]
+    gate = layer.mlp._modules.pop("gate_proj")
+    try:
+        with pytest.raises(ValueError, match=r"layer 0 is no Llama layer.*gate_proj"):
+            run(stack)
+    finally:
+        layer.mlp._modules["gate_proj"] = gate
+    native, cache = stack.native, stack.new_cache(16)
+    call = native._prepare(list(stack.layers), cache, trusted=False, keep=False)
+    call.pointers[0].down = None  # gate_up and norm2 still given
+    with torch.inference_mode():
+        hidden = stack.embed([3, 4, 5]).reshape(3, D).clone()
+    positions = torch.arange(3)
+    work = native._work_for(call.shape, 3, 1)
+    code = native.lib.specviz_layers(ctypes.byref(call.shape), call.pointers, 2, hidden.data_ptr(), 3,
+                                     positions.data_ptr(), 0, None, native.inv_freq.data_ptr(), work.data_ptr(), 1)
+    with pytest.raises(ValueError, match=r"a missing \(NULL\) tensor"):
+        native_step._checked(code, "layers")
+    assert_still_works(stack, reference)

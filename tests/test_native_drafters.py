@@ -127,3 +127,14 @@ def test_greedy_drafting_builds_no_full_vocabulary_row(name, monkeypatch):
         monkeypatch.setattr(f"engines.drafters.{module}.draft_token", recording)
     drafts(target(), DRAFTERS[name], True, rounds=1)
     assert widths and set(widths) == {len(VOCAB)}
+
+
+def test_the_cats_adapters_attention_block_runs_on_the_native_step(monkeypatch):
+    """The adapter's block (attention, no MLP) no longer takes PyTorch's path at inference."""
+    import engines.drafters.heads as heads
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the adapter's attention block ran PyTorch's path")
+
+    monkeypatch.setattr(heads, "decoder_pass", refuse)
+    assert drafts(target(), DRAFTERS["cats-adapter"], True, rounds=1)

@@ -229,3 +229,46 @@ def test_grouped_attention_over_many_key_blocks_computes_the_hugging_face_attent
         torch.set_num_threads(threads)
     assert torch.allclose(results[True], results[False], atol=1e-4, rtol=1e-4)
     assert torch.equal(results[True], stepped)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_attention_only_block_runs_native_row_invariant_and_near_pytorchs(dtype):
+    """CATS's adapter, ``h + attention(norm(h))`` with no MLP: step.c skips the MLP stages of a layer that has
+    none. Every row count gives each row the bits of one-row steps (one thread and two), and the result is
+    PyTorch's block's within rounding (bf16: the step rounds once at the block's end, PyTorch twice)."""
+    from engines.drafters.heads import AttentionBlock
+    from engines.model.kv_cache import KVCache
+    from engines.model.layers import LayerStack, decoder_pass
+
+    stack = Engine(odd_llama(dtype)).target
+    block = AttentionBlock(stack, 1).to(dtype).eval().requires_grad_(False)
+    assert native_step.computes(block) and not native_step.computes(block.self_attn)
+    n, config = 21, stack.config
+    head_dim = config.hidden_size // config.num_attention_heads
+
+    def cache() -> KVCache:
+        return KVCache(1, config.num_key_value_heads, head_dim, 64, dtype)
+
+    threads = torch.get_num_threads()
+    with torch.inference_mode():
+        hidden = stack.embed([(7 * i + 3) % 200 for i in range(n)])
+        positions = torch.arange(n)[None]
+        torch.set_num_threads(1)
+        try:
+            one = cache()
+            stepped = torch.cat([stack.native.layers([block], hidden[:, i:i + 1], positions[:, i:i + 1], None, one)
+                                 for i in range(n)], dim=1)
+        finally:
+            torch.set_num_threads(max(threads, 2))
+        try:
+            for rows in (1, 2, 7, n):
+                together = stack.native.layers([block], hidden[:, :rows], positions[:, :rows], None, cache())
+                assert torch.equal(together, stepped[:, :rows]), f"{rows} rows differ from one-row steps"
+        finally:
+            torch.set_num_threads(threads)
+        mask = LayerStack.causal_mask(0, n, dtype, hidden.device)
+        reference = decoder_pass([block], hidden, positions, stack.backbone.rotary_emb(hidden, positions), mask,
+                                 cache())
+    assert not torch.equal(stepped, hidden)  # the block did something
+    tolerance = dict(atol=1e-6, rtol=0) if dtype == torch.float32 else dict(atol=1e-3, rtol=0)  # values ~0.1: 2 bf16 ulps
+    torch.testing.assert_close(stepped.float(), reference.float(), **tolerance)

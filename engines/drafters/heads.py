@@ -20,10 +20,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engines.model.fused_layer import FusedLlamaLayer
 from engines.model.kernels import KernelPlan
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack, cache_keyword, decoder_pass
+from engines.model.native import step as native_step
 from engines.model.native.step import NativeStep
 
 
@@ -39,12 +39,11 @@ def native_for_draft(stack: LayerStack, hidden: torch.Tensor, *weights: torch.Te
 
 
 def runs_native(layer: nn.Module) -> bool:
-    """A decoder layer the native step computes (Llama, no biases, both RMSNorms; not CATS's attention-only
+    """A decoder layer the native step computes (Llama, no biases, its RMSNorms; or CATS's attention-only
     block), decided once per layer."""
     known = layer.__dict__.get("_specviz_llama")
     if known is None:
-        known = (FusedLlamaLayer.supports(layer) and hasattr(layer, "input_layernorm")
-                 and hasattr(layer, "post_attention_layernorm"))
+        known = native_step.computes(layer)
         layer.__dict__["_specviz_llama"] = known
     return known
 

@@ -91,6 +91,8 @@ typedef struct {
                                                  * gate_up: gate's and up's panels interleaved (gate 0, up 0,
                                                  * gate 1, …), so stage D reads one stream */
     const void *norm1, *norm2;                   /* [d] */
+    /* gate_up, down and norm2 all NULL: an attention-only block, h + attention(norm1(h)) (CATS's adapter), whose
+     * residual is rounded to the model's dtype after the output projection */
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
 } Layer;
 
@@ -1034,8 +1036,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         if (positions[m] < 0) return SPECVIZ_BAD_POSITION;
     for (int li = 0; li < n_layers; li++) {
         const Layer *ly = &layers[li];
-        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->gate_up || !ly->down || !ly->norm1 || !ly->norm2 ||
-            !ly->keys || !ly->values)
+        const int mlp = (ly->gate_up != NULL) + (ly->down != NULL) + (ly->norm2 != NULL);
+        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->norm1 || !ly->keys || !ly->values || (mlp && mlp != 3))
             return SPECVIZ_BAD_POINTER;
     }
     const int bf16 = s->bf16;
@@ -1106,7 +1108,9 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 input_set_block(&w.attended, bf16, first, last - first, h * hd, hd, scratch.out, hd);
             }
             CLOCK_MEET(thread, 1, &barrier, team, &sense);
-            /* C: output projection, added to the residual (each thread its own columns) */
+            /* C: output projection, added to the residual (each thread its own columns); an attention-only
+             * block ends here, rounded to the model's dtype as a layer's end is */
+            const int attention_only = ly->gate_up == NULL;
             ahead = -1;
             for (int64_t p = take(&tickets[li][2]); p * P < d; p = ahead >= 0 ? ahead : take(&tickets[li][2])) {
                 ahead = take_ahead(&tickets[li][2], M);
@@ -1114,9 +1118,13 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d,
                         ahead >= 0 && ahead * P < d ? panel_at(ly->o, bf16, q_size, ahead * P) : NULL);
                 for (int64_t m = 0; m < M; m++)
-                    for (int64_t n = n0; n < n1; n++) w.residual[m * d + n] += w.qkv[m * d + n];
+                    for (int64_t n = n0; n < n1; n++) {
+                        float value = w.residual[m * d + n] + w.qkv[m * d + n];
+                        w.residual[m * d + n] = attention_only && bf16 ? round_bf16(value) : value;
+                    }
             }
             CLOCK_MEET(thread, 2, &barrier, team, &sense);
+            if (attention_only) continue; /* every thread skips D and E of this layer alike */
             /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
             ahead = -1;

@@ -206,20 +206,43 @@ def _version(tensor: torch.Tensor) -> int:
     return tensor._version
 
 
+# positions in WEIGHT_NAMES of the MLP's weights and its norm: None, all four, in an attention-only block
+MLP_WEIGHTS = (4, 5, 6, 8)
+
+
 def _weights(layer: nn.Module) -> tuple:
-    """The layer's weights in ``WEIGHT_NAMES``' order, looked up anew every call (a replaced module is seen)."""
+    """The layer's weights in ``WEIGHT_NAMES``' order, looked up anew every call (a replaced module is seen);
+    an attention-only block (no ``mlp``, no ``post_attention_layernorm``) has ``None`` for the four of its MLP."""
     modules = layer._modules
-    attention, mlp = modules["self_attn"]._modules, modules["mlp"]._modules
-    return (_weight(attention["q_proj"]), _weight(attention["k_proj"]), _weight(attention["v_proj"]),
-            _weight(attention["o_proj"]), _weight(mlp["gate_proj"]), _weight(mlp["up_proj"]),
-            _weight(mlp["down_proj"]), _weight(modules["input_layernorm"]),
-            _weight(modules["post_attention_layernorm"]))
+    attention = modules["self_attn"]._modules
+    attended = (_weight(attention["q_proj"]), _weight(attention["k_proj"]), _weight(attention["v_proj"]),
+                _weight(attention["o_proj"]))
+    if "mlp" not in modules and "post_attention_layernorm" not in modules:
+        return (*attended, None, None, None, _weight(modules["input_layernorm"]), None)
+    mlp = modules["mlp"]._modules
+    return (*attended, _weight(mlp["gate_proj"]), _weight(mlp["up_proj"]), _weight(mlp["down_proj"]),
+            _weight(modules["input_layernorm"]), _weight(modules["post_attention_layernorm"]))
 
 
 def _is_llama(layer: nn.Module) -> bool:
     """The layers the native step computes: the fused layer's (Llama without biases, SiLU) with RMSNorms."""
     return (FusedLlamaLayer.supports(layer) and hasattr(layer, "input_layernorm")
             and hasattr(layer, "post_attention_layernorm"))
+
+
+def is_attention_block(layer: nn.Module) -> bool:
+    """``h + attention(input_layernorm(h))`` with Llama's attention and no MLP (CATS's adapter): the step runs it
+    as a layer whose MLP stages are skipped."""
+    attention = layer._modules.get("self_attn")
+    names = ("q_proj", "k_proj", "v_proj", "o_proj")
+    return (attention is not None and "input_layernorm" in layer._modules and "mlp" not in layer._modules
+            and "post_attention_layernorm" not in layer._modules
+            and all(getattr(attention, n, None) is not None and getattr(attention, n).bias is None for n in names))
+
+
+def computes(layer: nn.Module) -> bool:
+    """Whether the native step computes this layer: a Llama layer or an attention-only block."""
+    return _is_llama(layer) or is_attention_block(layer)
 
 
 class CheckedLayer(NamedTuple):
@@ -382,19 +405,24 @@ class NativeStep:
         except (KeyError, AttributeError) as missing:
             raise ValueError(f"layer {index} is no Llama layer the native step computes (it lacks {missing})") from None
         key = _key(weights)  # every weight's pointer, shape, dtype and layout: a weight changed under the
-        now = None if key is None else (key, _version(weights[0]), _version(weights[6]))  # layer is checked again
+        last = weights[6] if weights[6] is not None else weights[3]
+        now = None if key is None else (key, _version(weights[0]), _version(last))  # layer is checked again
         run = self._run if trusted else None
         if (found is None or now is None or now != found.key
                 or any(new is not old for new, old in zip(weights, found.weights))):
-            for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
-                require(f"{name} of layer {index}", weight, self.dtype, shape)
-            q, k, v, o, down = (self.packed(weights[i]) for i in (0, 1, 2, 3, 6))
-            gate_up = self.packed_pair(weights[4], weights[5])
-            addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), gate_up.data_ptr(),
-                               down.data_ptr()] + [w.data_ptr() for w in weights[7:]])
+            mlp = weights[6] is not None  # else an attention-only block: step.c skips its MLP stages
+            for i, (name, weight, shape) in enumerate(zip(WEIGHT_NAMES, weights, self.weight_shapes)):
+                if mlp or i not in MLP_WEIGHTS:
+                    require(f"{name} of layer {index}", weight, self.dtype, shape)
+            q, k, v, o = (self.packed(weights[i]) for i in (0, 1, 2, 3))
+            gate_up, down = (self.packed_pair(weights[4], weights[5]), self.packed(weights[6])) if mlp else (None, None)
+            norms = [w for w in weights[7:] if w is not None]
+            addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                               gate_up.data_ptr() if mlp else None, down.data_ptr() if mlp else None,
+                               weights[7].data_ptr(), weights[8].data_ptr() if mlp else None])
             # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
             # frees nothing a trusted call still reads
-            held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:]))
+            held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in norms))
             found = CheckedLayer(weights, now, addresses, run, held)
             layer.__dict__["_specviz_weights"] = found
         elif found.run is not run:
