@@ -72,6 +72,28 @@ def test_measure_gives_a_curve_for_every_n_and_installs_its_kernels():
         measure(stack, "tiny", max_tokens=16, prefix=120)
 
 
+def test_forwards_are_timed_inside_one_runs_trust_as_a_decode_run_makes_them(monkeypatch):
+    """The native step's per-call checks (layers, cache) are paid once per run, not per forward: the curve
+    times forwards the same way, and the trust ends with the timing."""
+    from engines.model.verify_cost import time_forwards
+
+    stack = Engine(tiny_llama(vocab=16)).target
+    if stack.native is None:
+        pytest.skip("the native step does not build here")
+    runs = []
+    forward = stack.forward
+
+    def recording(*args, **kwargs):
+        runs.append(stack.native._run)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(stack, "forward", recording)
+    seconds = time_forwards(stack, 4, [1, 3], 2)
+    assert set(seconds) == {1, 3} and all(s > 0 for s in seconds.values())
+    assert runs and all(run is not None for run in runs) and len({id(run) for run in runs}) == 1
+    assert stack.native._run is None
+
+
 def test_cost_interpolates_and_extrapolates_never_downhill():
     curve = VerifyCost("k", {1: 1.0, 2: 1.5, 4: 2.0}, {1: "linear", 2: "linear", 4: "linear"})
     assert curve.cost(3) == pytest.approx(1.75)
