@@ -6,7 +6,8 @@ It builds the step with ``-DSPECVIZ_STAGE_CLOCK`` (its own cached build: ``SPECV
 of n rows after 256 cached tokens, and prints per stage the wall time per forward (summed over the 30 layers)
 and how much of it thread 0 spent waiting at the stage's closing barrier (the other thread's longer share, or
 its time off the core). Stages: A norm + q‖k‖v + RoPE + cache write, B attention, C output projection,
-D norm + gate‖up + SiLU, E down projection, and the LM head. The clock itself costs ~1 µs a stage.
+D norm + gate‖up + SiLU, E down projection, and the LM head. The clock itself costs ~1 µs a stage. With
+``PYTHONPATH`` at another checkout it clocks that checkout's ``step.c``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# appended, not put first: a checkout on PYTHONPATH comes before this one, so the same script clocks another build
+# (inserted first, it silently clocked this checkout whatever PYTHONPATH named)
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 os.environ["SPECVIZ_NATIVE_CFLAGS"] = (os.environ.get("SPECVIZ_NATIVE_CFLAGS", "") + " -DSPECVIZ_STAGE_CLOCK").strip()
 
 import torch  # noqa: E402
