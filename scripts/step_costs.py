@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: another checkout can be timed
 
 from engines import Engine  # noqa: E402
 from engines.model.step_choice import machine_name  # noqa: E402
