@@ -23,8 +23,7 @@ from torch import nn
 from engines.model.kernels import KernelPlan
 from engines.model.kv_cache import KVCache
 from engines.model.layers import LayerStack, cache_keyword, decoder_pass
-from engines.model.native import step as native_step
-from engines.model.native.step import NativeStep
+from engines.model.native.step import NativeStep, computes
 
 
 def native_for_draft(stack: LayerStack, hidden: torch.Tensor, *weights: torch.Tensor) -> NativeStep | None:
@@ -43,7 +42,7 @@ def runs_native(layer: nn.Module) -> bool:
     block), decided once per layer."""
     known = layer.__dict__.get("_specviz_llama")
     if known is None:
-        known = native_step.computes(layer)
+        known = computes(layer)
         layer.__dict__["_specviz_llama"] = known
     return known
 

@@ -98,12 +98,17 @@ class FusedLlamaLayer:
         self.down = Projection(mlp.down_proj.weight, row_invariant)
 
     @staticmethod
+    def supports_attention(attention: nn.Module | None) -> bool:
+        """Llama's attention projections, without biases (also CATS's attention-only block's)."""
+        names = ("q_proj", "k_proj", "v_proj", "o_proj")
+        return (attention is not None and all(hasattr(attention, n) for n in names)
+                and all(getattr(attention, n).bias is None for n in names))
+
+    @staticmethod
     def supports(layer: nn.Module) -> bool:
         """A Llama-shaped layer without biases (SmolLM2 and the tiny test models)."""
-        attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        names = ("q_proj", "k_proj", "v_proj", "o_proj")
-        return (attention is not None and mlp is not None and all(hasattr(attention, n) for n in names)
-                and all(getattr(attention, n).bias is None for n in names)
+        mlp = getattr(layer, "mlp", None)
+        return (FusedLlamaLayer.supports_attention(getattr(layer, "self_attn", None)) and mlp is not None
                 and all(getattr(mlp, n, None) is not None and getattr(mlp, n).bias is None
                         for n in ("gate_proj", "up_proj", "down_proj"))
                 and getattr(mlp.act_fn, "__class__", None).__name__ in ("SiLU", "SiLUActivation"))

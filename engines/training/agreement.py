@@ -184,20 +184,23 @@ def _share(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
+def _grouped(records: list[dict], key) -> dict[str, list[dict]]:
+    """Records by ``key(record)``, the groups in the order their first records come."""
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(key(record), []).append(record)
+    return groups
+
+
 def by_provenance(records: list[dict]) -> dict[str, list[dict]]:
     """Held-out records grouped by who wrote their prompts (human, seed, target), for reports kept apart."""
     from engines.training.human_prompts import PROVENANCES, provenance
 
-    groups: dict[str, list[dict]] = {}
-    for record in records:
-        groups.setdefault(provenance(record), []).append(record)
+    groups = _grouped(records, provenance)
     return {name: groups[name] for name in PROVENANCES if name in groups}
 
 
 def by_category(records: list[dict]) -> dict[str, list[dict]]:
     """Evaluation records grouped by their prompt's category (translation, qa, …), in the order they first come:
     where a drafter's agreement on the evaluation prompts is lost, which the held-out groups cannot show."""
-    groups: dict[str, list[dict]] = {}
-    for record in records:
-        groups.setdefault(record["category"], []).append(record)
-    return groups
+    return _grouped(records, lambda record: record["category"])

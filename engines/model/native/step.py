@@ -233,11 +233,9 @@ def _is_llama(layer: nn.Module) -> bool:
 def is_attention_block(layer: nn.Module) -> bool:
     """``h + attention(input_layernorm(h))`` with Llama's attention and no MLP (CATS's adapter): the step runs it
     as a layer whose MLP stages are skipped."""
-    attention = layer._modules.get("self_attn")
-    names = ("q_proj", "k_proj", "v_proj", "o_proj")
-    return (attention is not None and "input_layernorm" in layer._modules and "mlp" not in layer._modules
-            and "post_attention_layernorm" not in layer._modules
-            and all(getattr(attention, n, None) is not None and getattr(attention, n).bias is None for n in names))
+    modules = layer._modules
+    return (FusedLlamaLayer.supports_attention(modules.get("self_attn")) and "input_layernorm" in modules
+            and "mlp" not in modules and "post_attention_layernorm" not in modules)
 
 
 def computes(layer: nn.Module) -> bool:
@@ -416,13 +414,11 @@ class NativeStep:
                     require(f"{name} of layer {index}", weight, self.dtype, shape)
             q, k, v, o = (self.packed(weights[i]) for i in (0, 1, 2, 3))
             gate_up, down = (self.packed_pair(weights[4], weights[5]), self.packed(weights[6])) if mlp else (None, None)
-            norms = [w for w in weights[7:] if w is not None]
-            addresses = tuple([q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                               gate_up.data_ptr() if mlp else None, down.data_ptr() if mlp else None,
-                               weights[7].data_ptr(), weights[8].data_ptr() if mlp else None])
+            # None reaches C as NULL: an attention-only block's MLP and second norm
+            addresses = tuple(None if t is None else t.data_ptr() for t in (q, k, v, o, gate_up, down, *weights[7:]))
             # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
             # frees nothing a trusted call still reads
-            held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in norms))
+            held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:] if w is not None))
             found = CheckedLayer(weights, now, addresses, run, held)
             layer.__dict__["_specviz_weights"] = found
         elif found.run is not run:
