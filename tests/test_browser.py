@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.soak.dashboard import CHROMEDRIVER, CHROMIUM
+from specviz.soak.dashboard import CHROMEDRIVER, CHROMIUM, press
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 MAX_NEW_TOKENS = 12
@@ -125,6 +125,7 @@ def screenshot(browser, name: str) -> None:
 
 
 def test_stop_ends_a_live_run_and_keeps_its_tokens(server, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -142,11 +143,12 @@ def test_stop_ends_a_live_run_and_keeps_its_tokens(server, browser):
         streams = driver.find_elements(By.XPATH, "//div[contains(@style, 'monospace')]")
         return len(streams[0].find_elements(By.TAG_NAME, "span")) if streams else 0
 
-    WebDriverWait(browser, 60, poll_frequency=0.1).until(lambda d: spans(d) >= 8)
-    browser.find_element(By.XPATH, "//button[normalize-space(.)='⏹ Stop']").click()
-    caption = WebDriverWait(browser, 60).until(
-        lambda d: d.find_element(By.XPATH, "//*[contains(text(), 'stopped by the Stop button')]"))
-    new_tokens = int(re.search(r"(\d+) new tokens", caption.text).group(1))
+    redrawn = (StaleElementReferenceException,)
+    WebDriverWait(browser, 60, poll_frequency=0.1, ignored_exceptions=redrawn).until(lambda d: spans(d) >= 8)
+    press(browser, By.XPATH, "//button[normalize-space(.)='⏹ Stop']")
+    caption = WebDriverWait(browser, 60, ignored_exceptions=redrawn).until(
+        lambda d: d.find_element(By.XPATH, "//*[contains(text(), 'stopped by the Stop button')]").text)
+    new_tokens = int(re.search(r"(\d+) new tokens", caption).group(1))
     assert 8 <= new_tokens < 1024, "the run ended early, with the tokens it had"
     assert browser.find_elements(By.XPATH, "//*[contains(text(), '⏹ stopped')]"), "the stream is marked stopped"
     stream = browser.find_element(By.XPATH, "//div[contains(@style, 'monospace')]")
@@ -167,7 +169,7 @@ def test_compare_page_from_a_link(server, browser):
     wait = WebDriverWait(browser, 120)
     wait.until(ec.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Compare']")))
     time.sleep(1.0)
-    browser.find_element(By.XPATH, "//button[normalize-space(.)='Compare']").click()
+    press(browser, By.XPATH, "//button[normalize-space(.)='Compare']")
 
     def done(driver):
         charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
@@ -224,7 +226,7 @@ def test_every_method_page_runs(server, browser, page):
             .get_attribute("value") == str(MAX_NEW_TOKENS))
     time.sleep(1.0)
     charts_before = len(browser.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]'))
-    browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] button[data-testid="stBaseButton-primary"]').click()
+    press(browser, By.CSS_SELECTOR, '[data-testid="stMain"] button[data-testid="stBaseButton-primary"]')
     WebDriverWait(browser, 300).until(
         lambda d: idle(d) and len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')) > charts_before)
     no_exception(browser)

@@ -125,6 +125,20 @@ def open_browser():
     return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options), profile
 
 
+def press(driver, by: str, selector: str, seconds: float = 60.0) -> None:
+    """Click a button found afresh on each try. Streamlit redraws elements while a script runs (a live stream
+    redraws its Stop button with every token), so an element found a moment earlier may be gone by the click."""
+    from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def clicked(d) -> bool:
+        d.find_element(by, selector).click()
+        return True
+
+    WebDriverWait(driver, seconds, poll_frequency=0.1, ignored_exceptions=(
+        StaleElementReferenceException, ElementClickInterceptedException)).until(clicked)
+
+
 def idle(driver) -> bool:
     from selenium.webdriver.common.by import By
 
@@ -185,8 +199,7 @@ class Visitor:
         time.sleep(0.5)
         where = (By.XPATH, f"//button[normalize-space(.)='{label}']") if label else \
             (By.CSS_SELECTOR, '[data-testid="stMain"] button[data-testid="stBaseButton-primary"]')
-        self.wait(driver, lambda d: d.find_elements(*where), 60)
-        driver.find_element(*where).click()
+        press(driver, *where)
 
     def dismiss_dialogs(self, driver, where: str) -> None:
         """A dialog over a page just opened (Streamlit's "Page not found") is a finding; close it and go on."""
