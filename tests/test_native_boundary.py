@@ -409,3 +409,31 @@ def test_a_layer_with_part_of_an_mlp_is_refused(stack):
     with pytest.raises(ValueError, match=r"a missing \(NULL\) tensor"):
         native_step._checked(code, "layers")
     assert_still_works(stack, reference)
+
+
+def test_a_cross_layer_needs_both_maps_gone_and_a_memory(stack):
+    """A cross-attention layer (MoA's CA) hands C neither a key nor a value map: one of the two alone is refused,
+    and so is a cross layer given no memory to read (prefix 0); C refuses both itself, with its codes."""
+    import ctypes
+
+    reference = expected(stack)
+    native, cache = stack.native, stack.new_cache(16)
+    with torch.inference_mode():
+        hidden = stack.embed([3, 4, 5]).reshape(3, D).clone()
+    positions = torch.arange(3)
+
+    def code_with(prefix: int, **pointers) -> int:
+        call = native._prepare(list(stack.layers)[:1], cache, trusted=False, keep=False)
+        for name, value in pointers.items():
+            setattr(call.pointers[0], name, value)
+        work = native._work_for(call.shape, 3, 1)
+        return native.lib.specviz_layers(ctypes.byref(call.shape), call.pointers, 1, hidden.data_ptr(), 3,
+                                         positions.data_ptr(), prefix, None, native.inv_freq.data_ptr(),
+                                         work.data_ptr(), 1)
+
+    with pytest.raises(ValueError, match=r"a missing \(NULL\) tensor"):
+        native_step._checked(code_with(0, k=None), "layers")
+    with pytest.raises(ValueError, match=r"native step \(layers\) refused its arguments: .*cache"):
+        native_step._checked(code_with(0, k=None, v=None), "layers")
+    assert code_with(4, k=None, v=None) == 0  # a memory of 4 entries: read, nothing written
+    assert_still_works(stack, reference)

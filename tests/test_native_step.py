@@ -62,7 +62,7 @@ def test_a_chunk_and_a_tree_give_each_row_the_bits_of_one_token_steps(dtype):
         assert torch.equal(tree_logits[[0, 3, 4, 5, 6]], stepped)
 
 
-def odd_llama(dtype: torch.dtype) -> torch.nn.Module:
+def odd_llama(dtype: torch.dtype, eps: float = 1e-6) -> torch.nn.Module:
     """Shapes that cross every boundary the step cuts work at: a hidden size of 1.5 panels (64 outputs on AVX-512),
     heads of 24 (narrower than a panel, not a multiple of it), a vocabulary that ends mid-panel."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -70,7 +70,7 @@ def odd_llama(dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(5)
     config = LlamaConfig(vocab_size=200, hidden_size=96, intermediate_size=200, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=False)
+                         tie_word_embeddings=False, rms_norm_eps=eps)
     model = LlamaForCausalLM(config).eval().to(dtype)
     model.config._attn_implementation = "sdpa"
     return model
@@ -272,3 +272,61 @@ def test_an_attention_only_block_runs_native_row_invariant_and_near_pytorchs(dty
     assert not torch.equal(stepped, hidden)  # the block did something
     tolerance = dict(atol=1e-6, rtol=0) if dtype == torch.float32 else dict(atol=1e-3, rtol=0)  # values ~0.1: 2 bf16 ulps
     torch.testing.assert_close(stepped.float(), reference.float(), **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moas_sa_and_ca_blocks_run_native_row_invariant_and_near_pytorchs(dtype):
+    """MoA's SA block (a Llama layer with a 256-wide MLP, its own cache) and CA block (queries against a memory of
+    keys and values computed elsewhere: no k or v map, no RoPE, nothing written) on the step, widened to their
+    MLPs (``NativeStep.with_inter``). CA's rows each get the bits of one-row calls (one thread and two); both
+    blocks give PyTorch's result within rounding; a wrong memory or layer is refused with a ValueError."""
+    from engines.drafters.moa_head import MoAHead
+    from engines.model.kv_cache import KVCache
+
+    stack = Engine(odd_llama(dtype, eps=1e-5)).target  # MoA's norms use 1e-5: the step takes them only then
+    head = MoAHead(stack, torch.arange(50), tli=0).to(dtype).eval().requires_grad_(False)
+    config, n = stack.config, 13
+    head_dim = config.hidden_size // config.num_attention_heads
+    threads = torch.get_num_threads()
+    with torch.inference_mode():
+        embeddings = stack.embed([(5 * i + 1) % 200 for i in range(n)])
+        positions = torch.arange(n)[None]
+        assert head._native_for(embeddings, head.sa, (head.sa_norm, head.sa_mlp_norm), head.sa_mlp) is not None
+        cache = KVCache(1, config.num_key_value_heads, head_dim, 32, dtype)
+        native_sa = head.self_attend(embeddings, positions, cache)
+        assert cache.length() == n
+        torch.testing.assert_close(native_sa.float(), head.self_attend(embeddings, positions).float(),  # PyTorch's
+                                   **(dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.1, rtol=0.05)))
+
+        memory = torch.randn(1, 9, head.memory_width).to(dtype)
+        keys, values = head.memory_keys_values(memory)
+        keys, values = keys.contiguous(), values.contiguous()
+        queries = native_sa
+        torch.set_num_threads(1)
+        try:
+            stepped = torch.cat([head.cross_attend(queries[:, i:i + 1], keys, values) for i in range(n)], dim=1)
+        finally:
+            torch.set_num_threads(max(threads, 2))
+        try:
+            together = head.cross_attend(queries, keys, values)
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.equal(together, stepped), "CA's rows differ from one-row calls"
+        everything = torch.ones(1, 1, n, keys.shape[2], dtype=torch.bool)  # a mask: PyTorch's path, same meaning
+        reference = head.cross_attend(queries, keys, values, everything)
+        torch.testing.assert_close(stepped.float(), reference.float(),
+                                   **(dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.1, rtol=0.05)))
+        assert not torch.equal(stepped, queries)  # the block did something
+
+        native = stack.native.with_inter(head.ca_mlp.gate.out_features)
+        ca, sa = head.native_blocks()[1], head.native_blocks()[0]
+        with pytest.raises(ValueError, match="the memory's keys"):
+            native.attend_memory(ca, queries, keys.float() if dtype == torch.bfloat16 else keys.double(), values)
+        with pytest.raises(ValueError, match="the memory's values"):
+            native.attend_memory(ca, queries, keys, values[:, :, :-1])
+        with pytest.raises(ValueError, match="the memory's keys"):
+            native.attend_memory(ca, queries, keys[:, :, :0], values[:, :, :0])
+        with pytest.raises(ValueError, match="cross-attention layer"):
+            stack.native.with_inter(head.sa_mlp.gate.out_features).attend_memory(sa, queries, keys, values)
+        with pytest.raises(ValueError, match="inter must be a positive int"):
+            stack.native.with_inter(0)

@@ -17,6 +17,8 @@ it losslessness — is unchanged: q simply puts no mass on tokens the drafter ca
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch import nn
 
@@ -47,10 +49,11 @@ def runs_native(layer: nn.Module) -> bool:
     return known
 
 
-def _same_eps(norm: nn.Module, native: NativeStep) -> bool:
-    """The step normalises with the model's epsilon: a norm with another one stays on PyTorch's path."""
+def same_eps(norm: nn.Module, native: NativeStep) -> bool:
+    """The step normalises with the model's epsilon: a norm with another one stays on PyTorch's path. Compared as
+    the C float the step reads: this model's config holds 1e-5 rounded to float32, MoA's norms 1e-5 itself."""
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-    return eps is not None and float(eps) == native.eps
+    return eps is not None and ctypes.c_float(float(eps)).value == ctypes.c_float(native.eps).value
 
 
 class SharedHead(nn.Module):
@@ -91,7 +94,7 @@ class SharedHead(nn.Module):
         dtype (training, a batch, no step)."""
         rows = self.rows(hidden.dtype)
         native = native_for_draft(self._stack[0], hidden, rows, *([norm.weight] if norm is not None else []))
-        if native is not None and (norm is None or _same_eps(norm, native)):
+        if native is not None and (norm is None or same_eps(norm, native)):
             if norm is None:
                 return native.linear(hidden, rows)
             return native.head(hidden, norm, rows).view(1, hidden.shape[1], -1)

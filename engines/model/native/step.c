@@ -94,6 +94,8 @@ typedef struct {
     /* gate_up, down and norm2 all NULL: an attention-only block, h + attention(norm1(h)) (CATS's adapter), whose
      * residual is rounded to the model's dtype after the output projection */
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
+    /* k and v both NULL: cross-attention (MoA's CA block). keys and values are then a memory computed elsewhere,
+     * of which every row reads the call's first `prefix` entries; q is not rotated and nothing is written. */
 } Layer;
 
 typedef struct {
@@ -109,7 +111,8 @@ enum {
     SPECVIZ_BAD_ROWS = -2,     /* M < 1 */
     SPECVIZ_BAD_THREADS = -3,  /* threads not in 1..1024 */
     SPECVIZ_BAD_POINTER = -4,  /* a NULL tensor */
-    SPECVIZ_BAD_CACHE = -5,    /* prefix < 0, or prefix + M past the cache's capacity */
+    SPECVIZ_BAD_CACHE = -5,    /* prefix < 0, or prefix + M past the cache's capacity (a cross layer: prefix not in
+                                * 1..capacity) */
     SPECVIZ_BAD_POSITION = -6, /* a negative position */
     SPECVIZ_NO_MEMORY = -7,
 };
@@ -1020,8 +1023,8 @@ static inline int64_t unit_head(const Shape *s, int64_t u) {
 }
 
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
- * positions [M]; prefix: cache entries before these rows (the same for every layer given);
- * allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
+ * positions [M]; prefix: cache entries before these rows (the same for every layer given; a cross layer's memory
+ * length); allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
 int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidden, int64_t M,
                    const int64_t *positions, int64_t prefix, const uint8_t *allowed, const float *inv_freq,
                    float *work_base, int threads) {
@@ -1031,14 +1034,16 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     if ((bad = check_threads(threads))) return bad;
     if (n_layers < 0 || (n_layers && !layers) || !hidden || !positions || !inv_freq || !work_base)
         return SPECVIZ_BAD_POINTER;
-    if (prefix < 0 || prefix + M > s->capacity) return SPECVIZ_BAD_CACHE;
+    if (prefix < 0) return SPECVIZ_BAD_CACHE;
     for (int64_t m = 0; m < M; m++)
         if (positions[m] < 0) return SPECVIZ_BAD_POSITION;
     for (int li = 0; li < n_layers; li++) {
         const Layer *ly = &layers[li];
         const int mlp = (ly->gate_up != NULL) + (ly->down != NULL) + (ly->norm2 != NULL);
-        if (!ly->q || !ly->k || !ly->v || !ly->o || !ly->norm1 || !ly->keys || !ly->values || (mlp && mlp != 3))
+        if (!ly->q || !ly->k != !ly->v || !ly->o || !ly->norm1 || !ly->keys || !ly->values || (mlp && mlp != 3))
             return SPECVIZ_BAD_POINTER;
+        const int cross = ly->k == NULL;
+        if (prefix < cross || prefix + (cross ? 0 : M) > s->capacity) return SPECVIZ_BAD_CACHE;
     }
     const int bf16 = s->bf16;
     const int64_t d = s->d, hd = s->head_dim, q_size = s->heads * hd, kv_size = s->kv_heads * hd;
@@ -1066,9 +1071,11 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         scratch.block = w.attention + thread * attention_floats(s);
         scratch.scores = scratch.block + KEY_BLOCK * hd;
         scratch.out = scratch.scores + GROUP_QUERIES * s->capacity;
-        const int64_t units = s->heads + 2 * s->kv_heads; /* q ‖ k ‖ v in heads: a thread takes whole heads */
         for (int li = 0; li < n_layers; li++) {
             const Layer *ly = &layers[li];
+            const int cross = ly->k == NULL;
+            /* q ‖ k ‖ v in heads (a thread takes whole heads); a cross layer's q alone */
+            const int64_t units = cross ? s->heads : s->heads + 2 * s->kv_heads;
             /* A: norm (each thread its own copy), q ‖ k ‖ v, RoPE, keys and values into the cache */
             rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine);
             int64_t ahead = -1;
@@ -1080,7 +1087,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                         ahead >= 0 && ahead < units ? panel_at(unit_weight(s, ly, ahead), bf16, d, unit_head(s, ahead) * hd) : NULL);
                 for (int64_t m = 0; m < M; m++) {
                     float *head = w.qkv + m * qkv_size + u * hd;
-                    if (u < s->heads + s->kv_heads) rotate(head, hd, w.rope + m * hd);
+                    if (!cross && u < s->heads + s->kv_heads) rotate(head, hd, w.rope + m * hd);
                     if (u >= s->heads) {
                         void *cache = u < s->heads + s->kv_heads ? ly->keys : ly->values;
                         int64_t at = (first * s->capacity + prefix + m) * hd;
@@ -1101,8 +1108,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 g.count = (int)(last - first);
                 for (int64_t m = first; m < last; m++) {
                     g.q[m - first] = w.qkv + m * qkv_size + h * hd;
-                    g.end[m - first] = allowed ? L : prefix + m + 1;
-                    g.seen[m - first] = allowed ? allowed + m * L : NULL;
+                    g.end[m - first] = cross ? prefix : allowed ? L : prefix + m + 1;
+                    g.seen[m - first] = allowed && !cross ? allowed + m * L : NULL;
                 }
                 attend(s, ly, &g, h / groups * s->capacity, &scratch);
                 input_set_block(&w.attended, bf16, first, last - first, h * hd, hd, scratch.out, hd);

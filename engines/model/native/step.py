@@ -179,8 +179,8 @@ def require(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> No
 def _key(tensors) -> tuple | None:
     """What would change if a checked tensor changed: its data pointer, shape, dtype and contiguity (``None``
     for what is no plain tensor: it is checked, and refused, every time)."""
-    try:
-        return tuple([(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in tensors])
+    try:  # an absent weight (None: an attention-only block's MLP, a cross layer's k and v) stays None
+        return tuple([None if t is None else (t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in tensors])
     except (AttributeError, RuntimeError, TypeError, NotImplementedError):
         return None
 
@@ -208,15 +208,20 @@ def _version(tensor: torch.Tensor) -> int:
 
 # positions in WEIGHT_NAMES of the MLP's weights and its norm: None, all four, in an attention-only block
 MLP_WEIGHTS = (4, 5, 6, 8)
+# positions of the key and value projections: None, both, in a cross-attention layer (its keys and values are a
+# memory computed elsewhere: MoA's CA block)
+KV_WEIGHTS = (1, 2)
 
 
 def _weights(layer: nn.Module) -> tuple:
     """The layer's weights in ``WEIGHT_NAMES``' order, looked up anew every call (a replaced module is seen);
-    an attention-only block (no ``mlp``, no ``post_attention_layernorm``) has ``None`` for the four of its MLP."""
+    an attention-only block (no ``mlp``, no ``post_attention_layernorm``) has ``None`` for the four of its MLP,
+    a cross-attention layer (``self_attn`` without ``k_proj`` and ``v_proj``) for its key and value maps."""
     modules = layer._modules
     attention = modules["self_attn"]._modules
-    attended = (_weight(attention["q_proj"]), _weight(attention["k_proj"]), _weight(attention["v_proj"]),
-                _weight(attention["o_proj"]))
+    cross = "k_proj" not in attention and "v_proj" not in attention
+    attended = (_weight(attention["q_proj"]), None if cross else _weight(attention["k_proj"]),
+                None if cross else _weight(attention["v_proj"]), _weight(attention["o_proj"]))
     if "mlp" not in modules and "post_attention_layernorm" not in modules:
         return (*attended, None, None, None, _weight(modules["input_layernorm"]), None)
     mlp = modules["mlp"]._modules
@@ -307,6 +312,8 @@ class NativeStep:
         self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
         self._head_shape = self.shape(1)  # the head reads no cache
         self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
+        self._config, self._rotary = config, rotary
+        self._variants: dict[int, NativeStep] = {}  # MLP width → this step for blocks of that width (with_inter)
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -321,6 +328,23 @@ class NativeStep:
             return None
         lib = _library()
         return None if lib is None else cls(config, stack.backbone.rotary_emb, stack.dtype, stack.device, lib)
+
+    def with_inter(self, inter: int) -> "NativeStep":
+        """This step for blocks whose MLP is ``inter`` wide and whose attention is the model's (MoA's SA and CA
+        blocks: 256 and 1008 where the target's is 1536), made once; a trusted run covers it with this one."""
+        if inter == self.inter:
+            return self
+        found = self._variants.get(inter)
+        if found is None:
+            if not (isinstance(inter, int) and inter >= 1):
+                raise ValueError(f"inter must be a positive int (an MLP's width), got {inter!r}")
+            found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib)
+            found.inter = inter
+            q, kv, d = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.d
+            found.weight_shapes = ((q, d), (kv, d), (kv, d), (d, q), (inter, d), (inter, d), (d, inter), (d,), (d,))
+            found._layouts = self._layouts
+            self._variants[inter] = found
+        return found
 
     def shape(self, capacity: int) -> Shape:
         return Shape(self.d, self.heads, self.kv_heads, self.head_dim, self.inter, capacity, self.eps, self.scaling,
@@ -409,10 +433,12 @@ class NativeStep:
         if (found is None or now is None or now != found.key
                 or any(new is not old for new, old in zip(weights, found.weights))):
             mlp = weights[6] is not None  # else an attention-only block: step.c skips its MLP stages
+            own_kv = weights[1] is not None  # else a cross-attention layer: step.c projects no keys or values
             for i, (name, weight, shape) in enumerate(zip(WEIGHT_NAMES, weights, self.weight_shapes)):
-                if mlp or i not in MLP_WEIGHTS:
+                if (mlp or i not in MLP_WEIGHTS) and (own_kv or i not in KV_WEIGHTS):
                     require(f"{name} of layer {index}", weight, self.dtype, shape)
-            q, k, v, o = (self.packed(weights[i]) for i in (0, 1, 2, 3))
+            q, o = self.packed(weights[0]), self.packed(weights[3])
+            k, v = (self.packed(weights[1]), self.packed(weights[2])) if own_kv else (None, None)
             gate_up, down = (self.packed_pair(weights[4], weights[5]), self.packed(weights[6])) if mlp else (None, None)
             # None reaches C as NULL: an attention-only block's MLP and second norm
             addresses = tuple(None if t is None else t.data_ptr() for t in (q, k, v, o, gate_up, down, *weights[7:]))
@@ -469,6 +495,30 @@ class NativeStep:
                                          self.inv_freq.data_ptr(), work.data_ptr(), threads), "layers")
         for i in slots:
             lengths[i] = prefix + n
+        return out.view(1, n, self.d)
+
+    def attend_memory(self, layer: nn.Module, hidden: torch.Tensor, keys: torch.Tensor,
+                      values: torch.Tensor) -> torch.Tensor:
+        """A cross-attention layer (``self_attn`` with ``q_proj`` and ``o_proj`` only) on ``hidden`` ``[1, n, d]``:
+        every row attends to all of ``keys`` and ``values`` ``[1, kv_heads, S, head_dim]`` (S ≥ 1), a memory
+        computed elsewhere (MoA's CA block over its memory rows): no RoPE, nothing written, no mask."""
+        n = self._rows(hidden)
+        length = keys.shape[2] if isinstance(keys, torch.Tensor) and keys.dim() == 4 and keys.shape[2] else "S ≥ 1"
+        wanted = (1, self.kv_heads, length, self.head_dim)
+        require("the memory's keys", keys, self.dtype, wanted)
+        require("the memory's values", values, self.dtype, wanted)
+        addresses = self._weight_pointers(layer, 0, trusted=True)
+        if addresses[1] is not None:
+            raise ValueError("attend_memory's layer must be a cross-attention layer (no k_proj, no v_proj)")
+        pointers = (LayerPointers * 1)(LayerPointers(*addresses, keys.data_ptr(), values.data_ptr()))
+        shape = self.shape(length)
+        positions = torch.zeros(n, dtype=torch.int64)  # read by no rotation: a cross layer's q is not rotated
+        out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
+        threads = torch.get_num_threads()
+        work = self._work_for(shape, n, threads)
+        _checked(self.lib.specviz_layers(ctypes.byref(shape), pointers, 1, out.data_ptr(), n, positions.data_ptr(),
+                                         length, None, self.inv_freq.data_ptr(), work.data_ptr(), threads),
+                 "attend_memory")
         return out.view(1, n, self.d)
 
     def _prepared_call(self, layers: list[nn.Module], cache) -> PreparedCall | None:
@@ -648,11 +698,14 @@ class TrustedRun:
 
     def __enter__(self) -> "TrustedRun":
         self._previous.append(self.native._run)
-        self.native._run = self.run
+        for step in (self.native, *self.native._variants.values()):
+            step._run = self.run
         return self
 
     def __exit__(self, *_exc) -> None:
-        self.native._run = self._previous.pop()
+        previous = self._previous.pop()
+        for step in (self.native, *self.native._variants.values()):
+            step._run = previous
 
 
 def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: torch.Tensor,
