@@ -76,20 +76,22 @@ class MoAServer:
         end = target_cache.length()
         start = end - n_valid
 
-        def rows(layer: int) -> torch.Tensor:
-            i = layer - target_cache.first_layer
-            return layer_kv_rows(target_cache.keys[i][:, :, start:end], target_cache.values[i][:, :, start:end])[0]
-
-        needed = range(stack.n_layers) if head.uses_lsa else head.tli_layers
-        per_layer = {l: rows(l) for l in needed}  # each layer's rows read once, for LSA and TLI alike
+        needed = list(range(stack.n_layers) if head.uses_lsa else head.tli_layers)
+        first = target_cache.first_layer
+        # the layers' new keys and values stacked first, then laid out once: per layer, 30 small operations
+        # took 0.3 ms of a round (2-core AMD EPYC Zen 4); each layer's rows read once, for LSA and TLI alike
+        if needed:
+            keys = torch.stack([target_cache.keys[l - first][0, :, start:end] for l in needed])  # [L, H_kv, n, D]
+            values = torch.stack([target_cache.values[l - first][0, :, start:end] for l in needed])
+            layer_kv = layer_kv_rows(keys, values).transpose(0, 1)  # [n, L, 2·E_kv]
         if head.uses_lsa:
-            layer_kv = torch.stack([per_layer[l] for l in needed], dim=1)  # [n, L, 2·E_kv]
             memory = head.memory_rows(layer_kv=layer_kv.to(next(head.parameters()).dtype))
         else:
             memory = stack.backbone.norm(seen[stack.n_layers][0, :n_valid])
         tli_kv = None
         if head.tli:
-            tli_kv = torch.stack([torch.stack(split_keys_values(per_layer[l], head)) for l in head.tli_layers])
+            tli_kv = torch.stack([torch.stack(split_keys_values(layer_kv[:, needed.index(l)], head))
+                                  for l in head.tli_layers])
         self.seconds, self.tokens = time.perf_counter() - started, n_valid
         return VerifiedBlock(memory, tli_kv)
 
