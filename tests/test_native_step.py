@@ -279,8 +279,22 @@ def test_an_attention_only_block_runs_native_row_invariant_and_near_pytorchs(dty
     torch.testing.assert_close(stepped.float(), reference.float(), **tolerance)
 
 
+def wide_head_llama(dtype: torch.dtype) -> torch.nn.Module:
+    """Heads of 64 (SmolLM2's): bf16 attention takes the dot-product path on CPUs with AVX-512 BF16."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(6)
+    config = LlamaConfig(vocab_size=200, hidden_size=128, intermediate_size=160, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         tie_word_embeddings=False, rms_norm_eps=1e-5)
+    model = LlamaForCausalLM(config).eval().to(dtype)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_moas_sa_and_ca_blocks_run_native_row_invariant_and_near_pytorchs(dtype):
+@pytest.mark.parametrize("heads", ["odd", "wide"])
+def test_moas_sa_and_ca_blocks_run_native_row_invariant_and_near_pytorchs(dtype, heads):
     """MoA's SA block (a Llama layer with a 256-wide MLP, its own cache) and CA block (queries against a memory of
     keys and values computed elsewhere: no k or v map, no RoPE, nothing written) on the step, widened to their
     MLPs (``NativeStep.with_inter``). CA's rows each get the bits of one-row calls (one thread and two); both
@@ -288,7 +302,8 @@ def test_moas_sa_and_ca_blocks_run_native_row_invariant_and_near_pytorchs(dtype)
     from engines.drafters.moa_head import MoAHead
     from engines.model.kv_cache import KVCache
 
-    stack = Engine(odd_llama(dtype, eps=1e-5)).target  # MoA's norms use 1e-5: the step takes them only then
+    # MoA's norms use 1e-5: the step takes them only where the model's is the same
+    stack = Engine(odd_llama(dtype, eps=1e-5) if heads == "odd" else wide_head_llama(dtype)).target
     head = MoAHead(stack, torch.arange(50), tli=0).to(dtype).eval().requires_grad_(False)
     config, n = stack.config, 13
     head_dim = config.hidden_size // config.num_attention_heads

@@ -887,32 +887,6 @@ UNROLL
     return (vf)acc;
 }
 #define DOT_SCORES(HV, bf16) ((bf16) && (HV) % 2 == 0)
-
-/* The values of rows [0, n) of one cache head as bf16 pairs for the weighted sum by dot products: pair r, vector k
- * holds elements 16k..16k+15 of rows 2r and 2r + 1 interleaved (a missing row 2r + 1 as zeros, never read from
- * past the rows given), so one dot product adds p(2r)·v(2r) + p(2r+1)·v(2r+1) to each of 16 output lanes.
- * Interleaving is a third of the work of widening the same values to fp32, and the sums take half the steps. */
-static inline void value_pairs(const int HV, const uint16_t *values, int64_t n, __m512i *pairs) {
-    static const uint16_t zeros[512];
-    __m512i first, second; /* lane l takes element l / 2 of row 2r (even l) or of row 2r + 1 (odd l) */
-    uint16_t lo[32], hi[32];
-    for (int l = 0; l < 32; l++) {
-        lo[l] = (uint16_t)((l % 2 ? 32 : 0) + l / 2);
-        hi[l] = (uint16_t)((l % 2 ? 32 : 0) + 16 + l / 2);
-    }
-    memcpy(&first, lo, sizeof first);
-    memcpy(&second, hi, sizeof second);
-    const int64_t hd = HV * 16;
-    for (int64_t r = 0; 2 * r < n; r++) {
-        const uint16_t *a = values + 2 * r * hd, *b = 2 * r + 1 < n ? a + hd : zeros;
-UNROLL
-        for (int i = 0; i < HV / 2; i++) {
-            __m512i va = _mm512_loadu_si512(a + 32 * i), vb = _mm512_loadu_si512(b + 32 * i);
-            pairs[r * HV + 2 * i] = _mm512_permutex2var_epi16(va, first, vb);
-            pairs[r * HV + 2 * i + 1] = _mm512_permutex2var_epi16(va, second, vb);
-        }
-    }
-}
 #else
 #define DOT_SCORES(HV, bf16) 0
 #endif
@@ -991,56 +965,12 @@ UNROLL
         }
     }
     float total[GROUP_QUERIES];
-#ifdef SPECVIZ_DPBF16
-    __m512 lane_totals[GROUP_QUERIES]; /* the dot path's totals: lane l sums keys l, l + 16, … in key order */
-#endif
     for (int qi = 0; qi < g->count; qi++) {
         exp_shifted(x->scores + qi * capacity, g->end[qi], best[qi]); /* unseen entries hold stale values */
         total[qi] = 0.0f;
-#ifdef SPECVIZ_DPBF16
-        lane_totals[qi] = _mm512_setzero_ps();
-#endif
     }
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
         const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
-#ifdef SPECVIZ_DPBF16
-        if (dot) { /* each query's weights rounded to bf16 in pairs of keys; its total summed in fp32 lane by lane */
-            __m512i *pairs = (__m512i *)(void *)x->block;
-            value_pairs(HV, (const uint16_t *)values + (base + j0) * hd, n, pairs);
-            for (int qi = 0; qi < g->count; qi++) {
-                const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
-                const uint8_t *seen = g->seen[qi];
-                const float *scores = x->scores + qi * capacity;
-                float *out = x->out + qi * hd;
-                __m512 o[16], sum = lane_totals[qi];
-UNROLL
-                for (int i = 0; i < HV; i++) o[i] = j0 ? _mm512_loadu_ps(out + i * 16) : _mm512_setzero_ps();
-                for (int64_t j = j0; j < end; j += 32) { /* 16 pairs of keys; an unseen key, or one past the end, weighs 0 */
-                    uint32_t weight_pairs[16];
-                    for (int half = 0; half < 2; half++) {
-                        const int64_t at = j + 16 * half;
-                        __mmask16 keep = at >= end ? 0 : end - at >= 16 ? 0xFFFF : (__mmask16)((1u << (end - at)) - 1);
-                        if (seen) keep &= _mm_cmpneq_epi8_mask(_mm_maskz_loadu_epi8(keep, seen + at), _mm_setzero_si128());
-                        const __m512 p = _mm512_maskz_loadu_ps(keep, scores + at);
-                        sum = _mm512_add_ps(sum, p);
-                        const __m256bh rounded = _mm512_cvtneps_pbh(p);
-                        memcpy(weight_pairs + 8 * half, &rounded, sizeof rounded);
-                    }
-                    const int64_t count = end - j >= 32 ? 16 : (end - j + 1) / 2;
-                    const __m512i *v = pairs + (j - j0) / 2 * HV;
-                    for (int64_t r = 0; r < count; r++, v += HV) {
-                        const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)weight_pairs[r]);
-UNROLL
-                        for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(v + i), weights);
-                    }
-                }
-UNROLL
-                for (int i = 0; i < HV; i++) _mm512_storeu_ps(out + i * 16, o[i]);
-                lane_totals[qi] = sum;
-            }
-            continue;
-        }
-#endif
         const float *vb = direct ? NULL : cache_rows(HV, bf16, values, (base + j0) * hd, n, x->block) - j0 * hd;
         const uint16_t *vh16 = direct ? (const uint16_t *)values + base * hd : NULL;
         for (int qi = 0; qi < g->count; qi++) {
@@ -1066,9 +996,6 @@ UNROLL
     }
     for (int qi = 0; qi < g->count; qi++) {
         float *out = x->out + qi * hd;
-#ifdef SPECVIZ_DPBF16
-        if (dot) total[qi] = reduce((vf)lane_totals[qi]);
-#endif
 UNROLL
         for (int i = 0; i < HV; i++) store_f32(out + i * VL, load_f32(out + i * VL) / splat(total[qi]));
     }
