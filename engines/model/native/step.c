@@ -887,6 +887,97 @@ UNROLL
     return (vf)acc;
 }
 #define DOT_SCORES(HV, bf16) ((bf16) && (HV) % 2 == 0)
+
+/* The weighted sum by dot products: keys taken in pairs, in the order of the keys a query sees (its k-th and
+ * k+1-th seen keys, k even), never by their places in the cache: a tree puts an accepted path's keys at scattered
+ * places where a chain and `ar` put them side by side, and a pair sums its two products in one rounding, so
+ * pairing neighbours in the cache made a row's bits depend on its tree (tried: `eagle` then parted from `ar`'s
+ * output in 3 of 6 prompts). Vector k of a pair holds elements 16k..16k+15 of its two rows interleaved. */
+static const uint16_t PAIR_FIRST[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+static const uint16_t PAIR_SECOND[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+static inline void interleave_rows(const int HV, const uint16_t *a, const uint16_t *b, __m512i *pair) {
+    static const uint16_t zeros[512]; /* b NULL: a key with no partner, weighed against zeros */
+    const __m512i first = _mm512_loadu_si512(PAIR_FIRST), second = _mm512_loadu_si512(PAIR_SECOND);
+    if (!b) b = zeros;
+UNROLL
+    for (int i = 0; i < HV / 2; i++) {
+        const __m512i va = _mm512_loadu_si512(a + 32 * i), vb = _mm512_loadu_si512(b + 32 * i);
+        _mm512_storeu_si512(pair + 2 * i, _mm512_permutex2var_epi16(va, first, vb));
+        _mm512_storeu_si512(pair + 2 * i + 1, _mm512_permutex2var_epi16(va, second, vb));
+    }
+}
+
+/* o += p0·v0 + p1·v1, the weights rounded to bf16, over one interleaved pair */
+static inline void add_pair(const int HV, __m512 *o, const __m512i *pair, float p0, float p1) {
+    const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)((uint32_t)f32_to_bf16(p0) | (uint32_t)f32_to_bf16(p1) << 16));
+UNROLL
+    for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(pair + i), weights);
+}
+
+/* Each query's weighted sum over rows [j0, j0 + n) of its kv head (`pairs`: those rows interleaved two by two from
+ * j0, which is even). While a query has seen every key so far, its seen order is the cache's order and 32 keys at
+ * a time go through `pairs`, the weights rounded 16 at a time; from its first unseen key on, each seen key waits
+ * for the next one (`pending`) and the two are interleaved from the cache. Totals are summed lane by lane, lane
+ * (seen index mod 16), in the same order both ways. */
+typedef struct {
+    int64_t seen_count, pending; /* keys seen so far; a seen key waiting for its partner, or -1 */
+    float pending_p;
+    float lanes[16];
+} PairSums;
+
+static inline __attribute__((always_inline)) void weighted_sum_pairs(const int HV, const uint16_t *values,
+                                                                     int64_t j0, int64_t end, const uint8_t *seen,
+                                                                     const float *scores, const __m512i *pairs,
+                                                                     __m512 *o, PairSums *ps) {
+    const int64_t hd = HV * 16;
+    int64_t c = ps->seen_count;
+    for (int64_t j = j0; j < end; j += 32) {
+        const int64_t stop = j + 32 < end ? j + 32 : end;
+        __mmask16 keep[2];
+        int whole = c == j; /* every key before j seen, so pairs line up with the cache's */
+        for (int half = 0; half < 2; half++) {
+            const int64_t at = j + 16 * half;
+            keep[half] = at >= end ? 0 : end - at >= 16 ? 0xFFFF : (__mmask16)((1u << (end - at)) - 1);
+            if (seen && whole)
+                whole = _mm_cmpneq_epi8_mask(_mm_maskz_loadu_epi8(keep[half], seen + at), _mm_setzero_si128()) == keep[half];
+        }
+        if (whole) {
+            uint32_t weight_pairs[16];
+            __m512 lanes = _mm512_loadu_ps(ps->lanes);
+            for (int half = 0; half < 2; half++) {
+                const __m512 p = _mm512_maskz_loadu_ps(keep[half], scores + j + 16 * half);
+                lanes = _mm512_add_ps(lanes, p);
+                const __m256bh rounded = _mm512_cvtneps_pbh(p);
+                memcpy(weight_pairs + 8 * half, &rounded, sizeof rounded);
+            }
+            _mm512_storeu_ps(ps->lanes, lanes);
+            const __m512i *v = pairs + (j - j0) / 2 * HV;
+            for (int64_t r = 0; 2 * r < stop - j; r++, v += HV) {
+                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)weight_pairs[r]);
+UNROLL
+                for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(v + i), weights);
+            }
+            c = stop; /* an odd last key went with a zero weight: what the pending key's flush adds */
+            continue;
+        }
+        for (int64_t k = j; k < stop; k++) {
+            if (seen && !seen[k]) continue;
+            const float p = scores[k];
+            ps->lanes[c % 16] += p;
+            c++;
+            if (ps->pending < 0) {
+                ps->pending = k;
+                ps->pending_p = p;
+                continue;
+            }
+            __m512i pair[16];
+            interleave_rows(HV, values + ps->pending * hd, values + k * hd, pair);
+            add_pair(HV, o, pair, ps->pending_p, p);
+            ps->pending = -1;
+        }
+    }
+    ps->seen_count = c;
+}
 #else
 #define DOT_SCORES(HV, bf16) 0
 #endif
@@ -965,12 +1056,43 @@ UNROLL
         }
     }
     float total[GROUP_QUERIES];
+#ifdef SPECVIZ_DPBF16
+    PairSums sums[GROUP_QUERIES];
+#endif
     for (int qi = 0; qi < g->count; qi++) {
         exp_shifted(x->scores + qi * capacity, g->end[qi], best[qi]); /* unseen entries hold stale values */
         total[qi] = 0.0f;
+#ifdef SPECVIZ_DPBF16
+        sums[qi] = (PairSums){0, -1, 0.0f, {0}};
+#endif
     }
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
         const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
+#ifdef SPECVIZ_DPBF16
+        if (dot) {
+            const uint16_t *head_values = (const uint16_t *)values + base * hd;
+            __m512i *pairs = (__m512i *)(void *)x->block;
+            for (int64_t r = 0; 2 * r < n; r++)
+                interleave_rows(HV, head_values + (j0 + 2 * r) * hd, 2 * r + 1 < n ? head_values + (j0 + 2 * r + 1) * hd : NULL,
+                                pairs + r * HV);
+            for (int qi = 0; qi < g->count; qi++) {
+                const int64_t end = g->end[qi] < j0 + n ? g->end[qi] : j0 + n;
+                float *out = x->out + qi * hd;
+                __m512 o[16];
+UNROLL
+                for (int i = 0; i < HV; i++) o[i] = j0 ? _mm512_loadu_ps(out + i * 16) : _mm512_setzero_ps();
+                weighted_sum_pairs(HV, head_values, j0, end, g->seen[qi], x->scores + qi * capacity, pairs, o, &sums[qi]);
+                if (j0 + n >= longest && sums[qi].pending >= 0) { /* the last seen key, against zeros */
+                    __m512i pair[16];
+                    interleave_rows(HV, head_values + sums[qi].pending * hd, NULL, pair);
+                    add_pair(HV, o, pair, sums[qi].pending_p, 0.0f);
+                }
+UNROLL
+                for (int i = 0; i < HV; i++) _mm512_storeu_ps(out + i * 16, o[i]);
+            }
+            continue;
+        }
+#endif
         const float *vb = direct ? NULL : cache_rows(HV, bf16, values, (base + j0) * hd, n, x->block) - j0 * hd;
         const uint16_t *vh16 = direct ? (const uint16_t *)values + base * hd : NULL;
         for (int qi = 0; qi < g->count; qi++) {
@@ -996,6 +1118,9 @@ UNROLL
     }
     for (int qi = 0; qi < g->count; qi++) {
         float *out = x->out + qi * hd;
+#ifdef SPECVIZ_DPBF16
+        if (dot) total[qi] = reduce(load_f32(sums[qi].lanes));
+#endif
 UNROLL
         for (int i = 0; i < HV; i++) store_f32(out + i * VL, load_f32(out + i * VL) / splat(total[qi]));
     }
