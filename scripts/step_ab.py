@@ -8,7 +8,8 @@ model, one cache and one set of packed weights serve every build: each named ``s
 builds it (``engines.model.native.library.load``), and the builds' libraries are swapped into the stack's
 native step before each forward, alternating their order round by round. The builds must share the packed
 panel layout (the same tile width P): the weights are packed once, by this checkout's build. Prints the
-median ms per forward of n rows after 256 cached tokens, per build ("current" is this checkout's).
+median ms per forward of n rows after 256 cached tokens, per build ("current" is this checkout's); with ``--tree``,
+the n rows as a draft tree under its mask (node i's parent (i - 1) // 2).
 To A/B a compile-time switch, copy ``step.c`` with the ``#define`` as its first line (``-DSPECVIZ_NO_AHEAD``).
 """
 
@@ -34,6 +35,8 @@ def main() -> None:
     parser.add_argument("--ns", default="1,4,8,12,16")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--tree", action="store_true",
+                        help="the n rows as a draft tree (node i's parent (i - 1) // 2) under its mask, as trees verify")
     args = parser.parse_args()
     ns = [int(n) for n in args.ns.split(",")]
     if max(ns) > 64 or min(ns) < 1:
@@ -65,7 +68,7 @@ def main() -> None:
                 for name in names if round_ % 2 else names[::-1]:
                     stack.native.lib = libs[name]
                     start = time.perf_counter()
-                    stack.forward(ids[256:256 + n], cache)
+                    stack.forward(ids[256:256 + n], cache, [(i - 1) // 2 for i in range(n)] if args.tree else None)
                     times[(name, n)].append(time.perf_counter() - start)
                     cache.crop(256)
     stack.native.lib = libs["current"]
