@@ -907,11 +907,14 @@ UNROLL
     }
 }
 
-/* o += p0·v0 + p1·v1, the weights rounded to bf16, over one interleaved pair */
-static inline void add_pair(const int HV, __m512 *o, const __m512i *pair, float p0, float p1) {
-    const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)((uint32_t)f32_to_bf16(p0) | (uint32_t)f32_to_bf16(p1) << 16));
+/* o += p0·v0 + p1·v1 over one interleaved pair; weights: bf16(p0) in the low half, bf16(p1) in the high */
+static inline void add_pair(const int HV, __m512 *o, const __m512i *pair, uint32_t weights) {
+    const __m512bh both = (__m512bh)_mm512_set1_epi32((int)weights);
 UNROLL
-    for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(pair + i), weights);
+    for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(pair + i), both);
+}
+static inline uint32_t weight_pair(float p0, float p1) {
+    return (uint32_t)f32_to_bf16(p0) | (uint32_t)f32_to_bf16(p1) << 16;
 }
 
 /* Each query's weighted sum over rows [j0, j0 + n) of its kv head (`pairs`: those rows interleaved two by two from
@@ -952,11 +955,7 @@ static inline __attribute__((always_inline)) void weighted_sum_pairs(const int H
             }
             _mm512_storeu_ps(ps->lanes, lanes);
             const __m512i *v = pairs + (j - j0) / 2 * HV;
-            for (int64_t r = 0; 2 * r < stop - j; r++, v += HV) {
-                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)weight_pairs[r]);
-UNROLL
-                for (int i = 0; i < HV; i++) o[i] = _mm512_dpbf16_ps(o[i], (__m512bh)_mm512_loadu_si512(v + i), weights);
-            }
+            for (int64_t r = 0; 2 * r < stop - j; r++, v += HV) add_pair(HV, o, v, weight_pairs[r]);
             c = stop; /* an odd last key went with a zero weight: what the pending key's flush adds */
             continue;
         }
@@ -972,7 +971,7 @@ UNROLL
             }
             __m512i pair[16];
             interleave_rows(HV, values + ps->pending * hd, values + k * hd, pair);
-            add_pair(HV, o, pair, ps->pending_p, p);
+            add_pair(HV, o, pair, weight_pair(ps->pending_p, p));
             ps->pending = -1;
         }
     }
@@ -1085,7 +1084,7 @@ UNROLL
                 if (j0 + n >= longest && sums[qi].pending >= 0) { /* the last seen key, against zeros */
                     __m512i pair[16];
                     interleave_rows(HV, head_values + sums[qi].pending * hd, NULL, pair);
-                    add_pair(HV, o, pair, sums[qi].pending_p, 0.0f);
+                    add_pair(HV, o, pair, weight_pair(sums[qi].pending_p, 0.0f));
                 }
 UNROLL
                 for (int i = 0; i < HV; i++) _mm512_storeu_ps(out + i * 16, o[i]);

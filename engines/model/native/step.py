@@ -206,13 +206,6 @@ def _version(tensor: torch.Tensor) -> int:
     return tensor._version
 
 
-# positions in WEIGHT_NAMES of the MLP's weights and its norm: None, all four, in an attention-only block
-MLP_WEIGHTS = (4, 5, 6, 8)
-# positions of the key and value projections: None, both, in a cross-attention layer (its keys and values are a
-# memory computed elsewhere: MoA's CA block)
-KV_WEIGHTS = (1, 2)
-
-
 def _weights(layer: nn.Module) -> tuple:
     """The layer's weights in ``WEIGHT_NAMES``' order, looked up anew every call (a replaced module is seen);
     an attention-only block (no ``mlp``, no ``post_attention_layernorm``) has ``None`` for the four of its MLP,
@@ -289,13 +282,15 @@ class PreparedHead(NamedTuple):
 class NativeStep:
     """A model's layers and head through ``step.c``: built once per :class:`~engines.model.layers.LayerStack`."""
 
-    def __init__(self, config, rotary: nn.Module, dtype: torch.dtype, device: torch.device, lib):
+    def __init__(self, config, rotary: nn.Module, dtype: torch.dtype, device: torch.device, lib,
+                 inter: int | None = None):
+        """``inter``: the MLP's width where a block's differs from the model's (:meth:`with_inter`)."""
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.lib = lib
         self.dtype = dtype
         self.d = config.hidden_size
         self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, head_dim
-        self.inter = config.intermediate_size
+        self.inter = config.intermediate_size if inter is None else inter
         self.eps = float(config.rms_norm_eps)
         self.scaling = head_dim ** -0.5
         self.inv_freq = rotary.inv_freq.detach().float().contiguous()
@@ -338,10 +333,7 @@ class NativeStep:
         if found is None:
             if not (isinstance(inter, int) and inter >= 1):
                 raise ValueError(f"inter must be a positive int (an MLP's width), got {inter!r}")
-            found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib)
-            found.inter = inter
-            q, kv, d = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.d
-            found.weight_shapes = ((q, d), (kv, d), (kv, d), (d, q), (inter, d), (inter, d), (d, inter), (d,), (d,))
+            found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib, inter)
             found._layouts = self._layouts
             self._variants[inter] = found
         return found
@@ -434,8 +426,8 @@ class NativeStep:
                 or any(new is not old for new, old in zip(weights, found.weights))):
             mlp = weights[6] is not None  # else an attention-only block: step.c skips its MLP stages
             own_kv = weights[1] is not None  # else a cross-attention layer: step.c projects no keys or values
-            for i, (name, weight, shape) in enumerate(zip(WEIGHT_NAMES, weights, self.weight_shapes)):
-                if (mlp or i not in MLP_WEIGHTS) and (own_kv or i not in KV_WEIGHTS):
+            for name, weight, shape in zip(WEIGHT_NAMES, weights, self.weight_shapes):
+                if weight is not None:  # _weights gives None only for a block's absent MLP or key and value maps
                     require(f"{name} of layer {index}", weight, self.dtype, shape)
             q, o = self.packed(weights[0]), self.packed(weights[3])
             k, v = (self.packed(weights[1]), self.packed(weights[2])) if own_kv else (None, None)
