@@ -85,7 +85,8 @@ def test_output_identical_under_a_budget(engine, method, options, stream):
 @pytest.mark.parametrize("method, options", [("ar", {}), ("sps", {"gamma": 3, "draft_layers": 1})])
 def test_deep_mode_streams_each_layer_once_per_forward_that_uses_it(engine, method, options):
     """Layer 0 resident; layers 1 and 2 streamed. The draft (layer 0) never touches them, so every
-    target call reads both once: bytes = their file bytes × target calls."""
+    target call reads both once: bytes = their file bytes × target calls. The peak is bounded, not exact:
+    whether layer 2's read-ahead finishes before layer 1's compute does is a race."""
     result = engine.run(PROMPT, method, max_new_tokens=10, memory_budget_mb=budget_keeping(engine, 1), **options)
     stats = result.stats
     assert stats.bytes_streamed == file_bytes(engine, [1, 2]) * stats.target_calls
@@ -96,7 +97,9 @@ def test_deep_mode_streams_each_layer_once_per_forward_that_uses_it(engine, meth
         assert chunk.load_start <= chunk.load_end <= chunk.compute_start <= chunk.compute_end <= chunk.t
     layer = ws.layer_bytes(engine.target)[0]
     always = ws.always_resident_bytes(engine.target)
-    assert stats.peak_resident_bytes == always + 3 * layer  # layer 0, plus 1 computing while 2 is read ahead
+    # Layer 0 and the chunk computing, plus the next one when its read-ahead lands before that compute ends
+    # (on a tiny model the race goes either way): never more, as the module promises.
+    assert always + 2 * layer <= stats.peak_resident_bytes <= always + 3 * layer
 
 
 def test_deep_mode_streams_shallow_layers_per_draft_pass(engine):
