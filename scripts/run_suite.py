@@ -24,10 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_CELL_TIMEOUT_S = 300  # one cell at full size; a hang fails in minutes, never at CI's limit
-# In quick mode no cell takes more than ~10 s, so a cell that takes 2 minutes has hung. Here, three times in
-# about ten multi-notebook runs, a kernel sat idle while nbclient waited on its reply (jupyter_client#922 and
-# nbclient#272 describe the same symptom); the notebook passed when run again. So a quick-mode notebook gets
-# two minutes a cell and one rerun, which the log shows as RERUN: a notebook that really fails fails twice.
+# In quick mode no cell takes more than ~20 s, so a cell that takes 2 minutes has hung. A quick-mode notebook
+# gets two minutes a cell and one rerun, which the log shows as RERUN: a notebook that really fails fails twice.
+# The stall that once cost about two minutes in every fourth run (a kernel idle while nbclient waited on a reply
+# already sent, for exactly the cell timeout) was nbclient's poll missing its wake-up; notebooks/conftest.py
+# now cuts every wait into half-second polls.
 QUICK_CELL_TIMEOUT_S = 120
 QUICK_RERUNS = 1
 # Two pytest-xdist workers for the tests, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_llama
+from tests.conftest import tiny_llama
 
 from engines import Engine
 from engines.core.trace import RunStart, StreamChunk, read_jsonl, write_jsonl
