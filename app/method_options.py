@@ -30,6 +30,7 @@ OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
     "draft_layers": (1, None),
     "exit_layer": (1, None),
     "depth": (1, 12),
+    "suffix_depth": (1, 16),
     "topk": (1, 16),
     "total_tokens": (1, 60),
     "kappa": (1, 16),
@@ -51,6 +52,8 @@ OPTION_HELP = {
              "{model_free}{trained}",
     "merge_suffix": "Add the model-free suffix drafter's chain (the most frequent continuation in the prompt, the "
                     "answer so far and this session's earlier answers) to every tree as extra branches.",
+    "suffix_depth": "With merge suffix: how many tokens the suffix chain may add to a tree. It costs no model step, "
+                    "so it may reach deeper than the tree's own depth.",
     "head": "Exit head after layer ℓ: 'none' = the model's own final norm + LM head (untrained); 'norm', "
             "'layer' and 'cats' are trained heads shipped in data/drafts (ℓ then offers only the layers that have one).",
     "exit_head": "'model' = the model's own final norm + LM head at the exit; 'norm' = the shipped exit head trained "

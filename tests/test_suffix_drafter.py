@@ -119,6 +119,19 @@ def test_greedy_equals_ar(engine, method, options):
     assert len(engine.suffix_corpus) >= 2
 
 
+def test_the_grafted_chain_has_its_own_length(engine):
+    """``suffix_depth``, not the model tree's ``depth``, bounds the chain a merged tree grafts in: a one-level
+    tree carries chains deeper than one, never deeper than ``suffix_depth``, and the output stays ``ar``'s."""
+    expected = engine.run(PROMPTS[0], "ar", max_new_tokens=24).token_ids
+    result = engine.run(PROMPTS[0], "eagle", draft="exit@1", depth=1, merge_suffix=True, suffix_depth=5,
+                        total_tokens=4, max_new_tokens=24)
+    assert result.token_ids == expected
+    depths = [n["depth"] for e in result.events if e.kind == "draft_tree" for n in e.nodes if n["source"] == "suffix"]
+    assert 1 < max(depths) <= 5
+    with pytest.raises(ValueError, match="suffix_depth"):
+        engine.run(PROMPTS[0], "eagle", merge_suffix=True, suffix_depth=0, max_new_tokens=4)
+
+
 def test_the_match_view_builds_from_a_run(engine):
     from specviz.views.suffix_match import match_summary, suffix_match_figure, suffix_matches
 

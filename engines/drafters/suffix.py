@@ -235,10 +235,12 @@ class SuffixDrafter:
     """The suffix index as a drafter (:mod:`engines.drafters.base`): chains for chain methods, trees for the
     tree program, and a report of where each token of its last proposal came from."""
 
-    def __init__(self, config: SuffixConfig | None = None, corpus: SuffixCorpus | None = None, name: str = SOURCE):
+    def __init__(self, config: SuffixConfig | None = None, corpus: SuffixCorpus | None = None, name: str = SOURCE,
+                 chain_depth: int | None = None):
         self.config = config or SuffixConfig()
         self.corpus = corpus
         self.name = name
+        self.chain_depth = chain_depth  # grafted into a model's tree: the chain's length (None: the tree's depth)
         self.index: SuffixIndex | None = None
         self.last: list[tuple[int, Match]] = []  # (node id in the round's DraftTree, match) of the last proposal
 

@@ -13,10 +13,14 @@ tree as extra branches, tried after the model's own children. Lossless: greedy k
 sampling uses the multi-candidate rule with top-k children as point masses (:mod:`engines.core.draft_tree`). ``network`` splits it into a client (the drafter)
 and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.programs.client_server`).
 
-Defaults, tuned on a 2-core AMD EPYC in bf16: depth 4, topk 4 (``specviz bench --per-category 1
---max-new-tokens 96`` over depth 4–6 × topk 3–6, ``data/bench/bf16/eagle-defaults/``: 1.15× against
-1.05–1.09× for the others; deeper trees add draft steps whose nodes ``auto`` rarely sends). With
-``total_tokens="auto"`` the tree size follows the machine, so depth and topk only bound the candidates.
+``suffix_depth``: how long that chain may be; it costs no model step, so it reaches deeper than the tree.
+
+Defaults (:mod:`engines.programs.tree`, shared with ``moa``): depth 3, topk 2, a suffix chain of 6. Re-fitted
+on a 2-core AMD EPYC Zen 4 in bf16 with the shipped ``eagle`` head (``specviz bench --max-new-tokens 128``,
+``data/bench/bf16/tree-shape/``; the old depth 4, topk 4 beside them on all 36 prompts): ``eagle`` 0.98×
+``ar`` against 0.89×, with the suffix chain 1.19× against 1.13× (τ 2.34 against 2.29). Each level costs a draft
+step whose nodes ``total_tokens="auto"`` rarely sends, and two candidates a node commit about as much as four.
+With ``auto`` the tree size follows the machine, so depth and topk only bound the candidates.
 """
 
 from __future__ import annotations
@@ -36,18 +40,19 @@ from engines.methods.base import AUTO, Method, int_or_auto, require_int, require
 from engines.methods.link_config import LinkConfig
 from engines.model.layers import LayerStack
 from engines.programs.client_server import client_server_decode
-from engines.programs.tree import MAX_TREE_NODES, tree_decode
+from engines.programs.tree import MAX_TREE_NODES, SUFFIX_CHAIN_DEPTH, TREE_DEPTH, TREE_TOPK, tree_decode
 
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 
 
 @dataclass
 class EagleConfig(LinkConfig):
-    depth: int = 4
-    topk: int = 4
+    depth: int = TREE_DEPTH
+    topk: int = TREE_TOPK
     total_tokens: int | str = "auto"
     draft: str = "eagle"
     merge_suffix: bool = False
+    suffix_depth: int = SUFFIX_CHAIN_DEPTH  # with merge_suffix: the grafted chain's length, apart from depth
 
     def __post_init__(self):
         super().__post_init__()
@@ -65,6 +70,7 @@ class EagleConfig(LinkConfig):
             require_int("exit layer ℓ of draft exit@ℓ", int(exit_draft.group(1)), 1, n_layers - 1)
         if not isinstance(self.merge_suffix, bool):
             raise ValueError(f"merge_suffix must be true or false, got {self.merge_suffix!r}")
+        require_int("suffix_depth", self.suffix_depth, 1, 16)
         self.validate_link()
         if self.client_server and exit_draft:  # the draft would run the target's own first layers: server-side
             raise ValueError(f"client–server mode needs a draft the client can hold (eagle, tiny, a draft model), "
@@ -104,7 +110,8 @@ class EagleTree(Method):
         return ModelTreeDrafter(engine.draft_stack(draft), name=f"{draft}-tree")
 
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
-        suffix = SuffixDrafter(corpus=self.engine.suffix_corpus) if self.config.merge_suffix else None
+        suffix = (SuffixDrafter(corpus=self.engine.suffix_corpus, chain_depth=self.config.suffix_depth)
+                  if self.config.merge_suffix else None)
         auto = self.config.total_tokens == AUTO
         curve = self.engine.verify_cost() if auto else None
         total = None if auto else self.config.total_tokens

@@ -24,7 +24,7 @@ from engines.drafters.moa_head import moa_name
 from engines.methods.base import AUTO, Method, decode_chain, int_or_auto, require_int, require_int_or_auto
 from engines.methods.link_config import LinkConfig
 from engines.programs.client_server import client_server_decode
-from engines.programs.tree import MAX_TREE_NODES, tree_decode
+from engines.programs.tree import MAX_TREE_NODES, TREE_DEPTH, TREE_TOPK, tree_decode
 
 
 @dataclass
@@ -33,8 +33,8 @@ class MoAConfig(LinkConfig):
     lsa: bool = True
     drafter: str = ""  # a shipped MoA drafter by name; empty: moa-tli{tli} (-nolsa)
     tree: bool = True
-    depth: int = 4
-    topk: int = 4
+    depth: int = TREE_DEPTH
+    topk: int = TREE_TOPK
     total_tokens: int | str = "auto"
     gamma: int | str = 4  # chain length when tree=False
 

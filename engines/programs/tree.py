@@ -19,6 +19,13 @@ from engines.drafters.suffix import SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
 
 MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
+# The default shape of every grown tree (eagle, moa), re-fitted on the shipped heads and this project's step
+# (docs/trees-and-cats.md, "The trees' shape"): with ``total_tokens=auto`` each extra level costs a draft step
+# that the sizer rarely spends its nodes on, and two candidates a node commit as much as four. The suffix
+# chain grafted in (``eagle(merge_suffix=true)``) costs no model step, so its length is its own.
+TREE_DEPTH = 3
+TREE_TOPK = 2
+SUFFIX_CHAIN_DEPTH = 6
 
 
 def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
@@ -61,7 +68,8 @@ def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: 
     sent_ids = best_nodes(tree, size)
     shown, placed = tree, {}
     if suffix is not None:
-        chain = suffix.propose_tree(out.ids, depth, max_nodes=depth, branching=1)
+        length = min(suffix.chain_depth or depth, max(out.remaining - 1, 1))
+        chain = suffix.propose_tree(out.ids, length, max_nodes=length, branching=1)
         shown, sent_ids, placed = graft(tree, sent_ids, chain, MAX_TREE_NODES)
     sent = shown.subset(sent_ids)
     if trace.detailed:

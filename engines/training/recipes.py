@@ -46,6 +46,7 @@ from engines.training.train import (
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192
+TTT_DEPTH = 4  # EAGLE-3's training-time test unrolls this deep (the shipped heads'); trees grow 3 (engines.programs.tree)
 LOSSES = {name: kind.loss for name, kind in KINDS_BY_NAME.items()}  # written into every card
 
 
@@ -141,14 +142,13 @@ def build_students(kind: str, stack: LayerStack, vocab_ids: torch.Tensor, exit_l
 def eagle3_students(stack: LayerStack, vocab_ids: torch.Tensor, feature_layers: tuple[int, ...] | None = None,
                     ttt_depth: int | None = None, hass_top_k: int = 0,
                     name: str = "eagle3", init_from: str | None = None) -> tuple[list[Student], dict]:
-    """EAGLE-3: three layers' features fused, trained by training-time test to ``ttt_depth`` (default: the
-    ``eagle`` method's draft depth), with HASS's top-K objective added where ``hass_top_k`` > 0. Its card says
-    its architecture, so the old ``eagle`` head still loads. ``init_from`` names a shipped EAGLE head to start
-    from (:meth:`Eagle3Head.start_from`; then the high feature layer defaults to the last)."""
-    from engines.methods.eagle import EagleConfig
+    """EAGLE-3: three layers' features fused, trained by training-time test to ``ttt_depth`` (default
+    ``TTT_DEPTH``), with HASS's top-K objective added where ``hass_top_k`` > 0. Its card says its
+    architecture, so the old ``eagle`` head still loads. ``init_from`` names a shipped EAGLE head to start from
+    (:meth:`Eagle3Head.start_from`; then the high feature layer defaults to the last)."""
     from engines.training.ttt import Eagle3Student
 
-    depth = EagleConfig.depth if ttt_depth is None else ttt_depth
+    depth = TTT_DEPTH if ttt_depth is None else ttt_depth
     started = init_card(init_from) if init_from is not None else {}
     if started.get("architecture") == "eagle3":  # go on training an EAGLE-3 head: its feature layers
         theirs = tuple(started["feature_layers"])
