@@ -4,8 +4,9 @@ nbclient waits for a cell's reply with one asyncio poll of the kernel's socket (
 timeout)``). With pyzmq 27 that poll sometimes misses the socket's edge-triggered wake-up: the reply sits in
 the socket, the kernel idles, and the poll returns only when its timer fires, then finds the reply and goes
 on. Measured here (2-core AMD EPYC, ``notebooks/03_draft_trees.ipynb`` run 12 times in one process by
-nbclient with its debug log, ``scripts/notebook_repeat.py --no-guard``): in 3 of 12 runs cell 9 (an ipywidgets explorer) took exactly the 120 s cell
-timeout, and the log shows its last output and the kernel's ``idle`` at 6 s. The lost minutes are the
+nbclient with its debug log, ``scripts/notebook_repeat.py --no-guard``): in 3 of 12 runs cell 9 (an
+ipywidgets explorer) took exactly the 120 s cell timeout, and the log shows its last output and the kernel's
+``idle`` at 6 s. The lost minutes are the
 suite's: two in about every fourth ``make test``.
 
 So every wait is cut into polls of at most ``POLL_SLICE_S``; a missed wake-up then costs that much, not the

@@ -46,7 +46,7 @@ from engines.training.train import (
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "distill" / "corpus.jsonl"
 DRAFT_VOCAB_SIZE = 8192
-TTT_DEPTH = 4  # EAGLE-3's training-time test unrolls this deep (the shipped heads'); trees grow 3 (engines.programs.tree)
+TTT_DEPTH = 4  # EAGLE-3's training-time test unrolls this deep, as the shipped heads were (trees now grow 3 deep)
 LOSSES = {name: kind.loss for name, kind in KINDS_BY_NAME.items()}  # written into every card
 
 
