@@ -11,7 +11,6 @@ cell timeout while its outputs and the kernel's ``idle`` came seconds in is a re
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import time
@@ -19,8 +18,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-
-ROOT = Path(__file__).resolve().parents[1]
+from store_notebook_outputs import slice_client_polls  # scripts/ is on sys.path when this runs as a script
 
 
 def main() -> None:
@@ -35,8 +33,7 @@ def main() -> None:
     if args.runs < 1:
         parser.error(f"--runs must be >= 1, got {args.runs}")
     if not args.no_guard:
-        spec = importlib.util.spec_from_file_location("notebooks_poll_guard", ROOT / "notebooks" / "conftest.py")
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        slice_client_polls()
     if args.log:
         logging.basicConfig(level=logging.DEBUG, filename=args.log,
                             format="%(relativeCreated)9.0f %(name)s %(message)s")

@@ -44,6 +44,9 @@ from engines.model.kv_cache import KVCache
 CORPUS_USES = ("others", "all", "none")  # earlier answers: to other prompts only, all of them, none
 SOURCE = "suffix"  # the TreeNode source of a suffix node in a merged tree
 MAX_CORPUS_DOCUMENTS = 256  # the oldest answers are forgotten beyond this (a long dashboard session)
+# Grafted into a model's tree (eagle(merge_suffix=true)), the chain's length: it costs no model step, so it is
+# not the tree's depth (docs/trees-and-cats.md, "The trees' shape, re-fitted": lengths 4–8 tie, 6 commits more)
+SUFFIX_CHAIN_DEPTH = 6
 
 
 @dataclass(frozen=True)
@@ -236,11 +239,11 @@ class SuffixDrafter:
     tree program, and a report of where each token of its last proposal came from."""
 
     def __init__(self, config: SuffixConfig | None = None, corpus: SuffixCorpus | None = None, name: str = SOURCE,
-                 chain_depth: int | None = None):
+                 chain_depth: int = SUFFIX_CHAIN_DEPTH):
         self.config = config or SuffixConfig()
         self.corpus = corpus
         self.name = name
-        self.chain_depth = chain_depth  # grafted into a model's tree: the chain's length (None: the tree's depth)
+        self.chain_depth = chain_depth  # grafted into a model's tree: the chain's length
         self.index: SuffixIndex | None = None
         self.last: list[tuple[int, Match]] = []  # (node id in the round's DraftTree, match) of the last proposal
 

@@ -15,7 +15,7 @@ and a server (the target) over a simulated link, as MoA's paper compares them (:
 
 ``suffix_depth``: how long that chain may be; it costs no model step, so it reaches deeper than the tree.
 
-Defaults (:mod:`engines.programs.tree`, shared with ``moa``): depth 3, topk 2, a suffix chain of 6. Re-fitted
+Defaults: depth 3, topk 2 (:mod:`engines.programs.tree`, shared with ``moa``), a suffix chain of 6. Re-fitted
 on a 2-core AMD EPYC Zen 4 in bf16 with the shipped ``eagle`` head (``specviz bench --max-new-tokens 128``,
 ``data/bench/bf16/tree-shape/``; the old depth 4, topk 4 beside them on all 36 prompts): ``eagle`` 0.98×
 ``ar`` against 0.89×, with the suffix chain 1.19× against 1.13× (τ 2.34 against 2.29). Each level costs a draft
@@ -33,14 +33,14 @@ from engines.core.context import DecodeContext
 from engines.core.trace import Event
 from engines.drafters.heads import SharedHead
 from engines.drafters.registry import TREE
-from engines.drafters.suffix import SuffixDrafter
+from engines.drafters.suffix import SUFFIX_CHAIN_DEPTH, SuffixDrafter
 from engines.drafters.trained import drafters_for, shipped_kind
 from engines.drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
 from engines.methods.base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
 from engines.methods.link_config import LinkConfig
 from engines.model.layers import LayerStack
 from engines.programs.client_server import client_server_decode
-from engines.programs.tree import MAX_TREE_NODES, SUFFIX_CHAIN_DEPTH, TREE_DEPTH, TREE_TOPK, tree_decode
+from engines.programs.tree import MAX_TREE_NODES, TREE_DEPTH, TREE_TOPK, tree_decode
 
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 

@@ -22,10 +22,9 @@ MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.conte
 # The default shape of every grown tree (eagle, moa), re-fitted on the shipped heads and this project's step
 # (docs/trees-and-cats.md, "The trees' shape"): with ``total_tokens=auto`` each extra level costs a draft step
 # that the sizer rarely spends its nodes on, and two candidates a node commit as much as four. The suffix
-# chain grafted in (``eagle(merge_suffix=true)``) costs no model step, so its length is its own.
+# chain grafted in has its own length (engines.drafters.suffix.SUFFIX_CHAIN_DEPTH).
 TREE_DEPTH = 3
 TREE_TOPK = 2
-SUFFIX_CHAIN_DEPTH = 6
 
 
 def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
@@ -62,13 +61,14 @@ def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: 
     sizer learns from), ``sent_ids`` numbered as the DraftTree event's nodes (the model's, then suffix ones)."""
     trace = ctx.trace
     started = trace.now()
-    depth = min(depth, max(out.remaining - 1, 1))
+    room = max(out.remaining - 1, 1)  # a round commits one token past its drafts
+    depth = min(depth, room)
     tree = grow_tree(drafter, out.ids, depth, topk, ctx.sampler)
     size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
     sent_ids = best_nodes(tree, size)
     shown, placed = tree, {}
     if suffix is not None:
-        length = min(suffix.chain_depth or depth, max(out.remaining - 1, 1))
+        length = min(suffix.chain_depth, room)
         chain = suffix.propose_tree(out.ids, length, max_nodes=length, branching=1)
         shown, sent_ids, placed = graft(tree, sent_ids, chain, MAX_TREE_NODES)
     sent = shown.subset(sent_ids)
