@@ -24,7 +24,7 @@ from engines.core.sampling import Sampler
 from engines.core.stats import Stats, compute_stats
 from engines.core.trace import Event, RunEnd, RunStart, Trace
 from engines.drafters.suffix import SuffixCorpus
-from engines.drafters.trained import load_trained
+from engines.drafters.trained import available, drafts_dir, load_trained
 from engines.lanes import LaneGroup, LaneSpec, MessageCost, default_lanes, lane_capacity
 from engines.lanes.background import in_background
 from engines.lanes.runtime import load_message_cost, save_message_cost
@@ -262,8 +262,10 @@ class Engine:
             try:
                 loaded = load_model(name, self.dtype, self.device.split(":")[0])
             except OSError as error:  # transformers' message talks about hub repos we never reach
-                raise ValueError(f"draft {name!r} is neither a local model directory nor a model in the local "
-                                 f"Hugging Face cache (nothing is downloaded): {error}") from None
+                trained = ", ".join(available()) or "none"  # a shipped name missing from SPECVIZ_DRAFTS lands here
+                raise ValueError(f"draft {name!r} is neither a trained drafter in {drafts_dir()} (there: {trained}), "
+                                 f"a local model directory nor a model in the local Hugging Face cache (nothing is "
+                                 f"downloaded): {error}") from None
             self.add_draft(name, loaded.model, loaded.tokenizer)
         return self._drafts[name]
 
