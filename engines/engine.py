@@ -30,6 +30,7 @@ from engines.lanes.background import in_background
 from engines.lanes.runtime import load_message_cost, save_message_cost
 from engines.memory_budget import weight_stream
 from engines.methods import get_method
+from engines.model.cuda_attention import choose_cuda_attention
 from engines.model.footprint import check_load
 from engines.model.kernels import install
 from engines.model.layers import LayerStack
@@ -80,6 +81,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.name = name
         self.target = LayerStack(model)
+        if self.target.device.type == "cuda":
+            choose_cuda_attention()  # cuDNN's attention would build a graph for every new key length
         self.target.use_fp32_head(fp32_head)
         self.target.prepare_inference(row_invariant, fused)
         self._fused = fused

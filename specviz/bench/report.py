@@ -20,6 +20,8 @@ def _fmt(value, pattern="{:.2f}"):
 def to_markdown(results: dict) -> str:
     setup, methods = results["setup"], results["methods"]
     numerics = {True: ", row-invariant", False: ", PyTorch's attention"}.get(setup.get("row_invariant"), "")
+    if "cudnn_attention" in setup:  # CUDA runs: whether cuDNN's attention kernels were allowed (cuda_attention.py)
+        numerics += f", cuDNN attention {'on' if setup['cudnn_attention'] else 'off'}"
     lines = [f"# specviz bench — {setup['model']} ({setup['dtype']}, {setup['device']}, {setup['threads']} threads"
              f"{numerics})",
              "", ("" if setup.get("complete", True) else "**Partial: the run stopped early.** ") +
