@@ -23,7 +23,8 @@ mkdir -p .git/info .gpu/whl
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 GGUF=$("$PY" -c "from engines.model.loading import _gguf_path; print(_gguf_path())")
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 -d .gpu/whl "gguf==$("$PY" -c 'import gguf, importlib.metadata as m; print(m.version("gguf"))')" \
+    --platform manylinux_2_28_x86_64 -d .gpu/whl \
+    "gguf==$("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))')" \
     "plotly==$("$PY" -c 'import plotly; print(plotly.__version__)')"
 rm -f .gpu/gguf.part*
 split -n 2 -d -a 1 "$GGUF" .gpu/gguf.part

@@ -225,7 +225,8 @@ def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prom
             **({"skipped": skipped} if skipped else {}), **({"peer": peer} if peer else {}),
             "model": engine.name, "dtype": engine.dtype, "step": engine.step_description,
             "row_invariant": engine.target.row_invariant, "device": engine.device, "threads": torch.get_num_threads(),
-            **({"cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()} if engine.device.startswith("cuda") else {}),
+            **({"cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()}
+               if engine.device.startswith("cuda") else {}),
             "machine": machine_name(), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
