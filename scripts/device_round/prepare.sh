@@ -5,14 +5,13 @@
 # so the model travels in two halves over two calls on the warm machine (it stays warm 30 s after a call).
 #
 #   scripts/device_round/prepare.sh          # wheels and GGUF halves into .gpu/ (ignored through .git/info/exclude)
-#   git rm -r -q --cached data/drafts data/distill data/bench   # only for the round: 6 MiB then travels
-#   printf '/data/drafts/\n/data/distill/\n/data/bench/\n' >> .git/info/exclude
+#   scripts/device_round/trim-index.sh      # data/ out of git's index for the round only: 6 MiB then travels
 #   device run "bash scripts/device_round/1-setup.sh"  carry: .gpu/whl .gpu/gguf.part0
 #   device run "bash scripts/device_round/2-bench.sh"  carry: .gpu/gguf.part1 data/drafts/eagle
 #   device run "bash scripts/device_round/3-train.sh"  carry: data/distill data/drafts/eagle3
 #   device run "bash scripts/device_round/4-tests.sh"  carry: data/drafts/eagle data/drafts/tiny data/drafts/ss
 #              data/drafts/exit@15-norm   (about 42 MiB with the 6 MiB tree)
-#   git reset -q; sed -i '/^\/data\/\(drafts\|distill\|bench\)\/$/d' .git/info/exclude   # afterwards, at once
+#   scripts/device_round/restore-index.sh   # afterwards, at once
 #
 # Only call 1 carries the wheels (they stay installed in /tmp/site). Each call must start within 30 s of the last
 # one's end, or the machine goes back and the halves with it.
