@@ -1,12 +1,12 @@
 """Which of PyTorch's attention kernels decoding uses on a GPU.
 
 From torch 2.11 (whose bundled cuDNN passes 9.15) ``scaled_dot_product_attention`` prefers cuDNN's fused attention
-on Hopper and Blackwell GPUs. cuDNN builds an execution graph for each new shape of queries and keys, and other
-projects report each build at tens to hundreds of milliseconds (SGLang's and MLX's cuDNN backends pad lengths to
-fixed buckets to reuse graphs). Decoding makes a new key length at every step, every verify round and every
+on Hopper and Blackwell GPUs. cuDNN builds an execution graph for each new shape of queries and keys; other
+projects' cuDNN backends report builds of up to hundreds of milliseconds and pad lengths to fixed buckets to reuse
+graphs (SGLang, FlashInfer, MLX). Decoding makes a new key length at every step, every verify round and every
 drafting level, so each would pay a build. The engine's one GPU bench (one H200, torch 2.11, ``docs/gpu.md``) ran
-`ar` at 61 ms a token where the host's own work is about 8; a graph build per step fits that gap, though it was not
-measured there. So on CUDA the engine turns cuDNN's attention off for the process, as vLLM does; Flash and
+`ar` at 61 ms a token where the host's own work is about 8: a build of about 50 ms per forward would explain the
+gap. That was not measured there. So on CUDA the engine turns cuDNN's attention off for the process, as vLLM does; Flash and
 memory-efficient attention build nothing per shape. ``SPECVIZ_CUDNN_SDPA=1`` keeps PyTorch's choice, so a GPU
 round can time the two against each other.
 """
