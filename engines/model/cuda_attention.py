@@ -6,9 +6,9 @@ projects' cuDNN backends report builds of up to hundreds of milliseconds and pad
 graphs (SGLang, FlashInfer, MLX). Decoding makes a new key length at every step, every verify round and every
 drafting level, so each would pay a build. The engine's one GPU bench (one H200, torch 2.11, ``docs/gpu.md``) ran
 `ar` at 61 ms a token where the host's own work is about 8: a build of about 50 ms per forward would explain the
-gap. That was not measured there. So on CUDA the engine turns cuDNN's attention off for the process, as vLLM does; Flash and
-memory-efficient attention build nothing per shape. ``SPECVIZ_CUDNN_SDPA=1`` keeps PyTorch's choice, so a GPU
-round can time the two against each other.
+gap. That was not measured there. So on CUDA the engine turns cuDNN's attention off for the process, as vLLM
+does; Flash and memory-efficient attention build nothing per shape. ``SPECVIZ_CUDNN_SDPA=1`` keeps PyTorch's
+choice, so a GPU round can time the two against each other.
 """
 
 from __future__ import annotations
