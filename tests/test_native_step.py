@@ -236,6 +236,37 @@ def test_grouped_attention_over_many_key_blocks_computes_the_hugging_face_attent
     assert torch.equal(results[True], stepped)
 
 
+def test_a_wide_tree_over_many_key_blocks_gives_each_path_the_bits_of_one_token_steps():
+    """A verification's groups of queries take their scores by key lanes (4 rows or more in bf16 with AVX-512 BF16,
+    two queries at a time), one-row steps the one-query path: a tree of 13 nodes (an odd group, and a decoy branch
+    first so the accepted path's keys are scattered and some key lanes unseen) after 150 cached tokens (three key
+    blocks, the last one partial) must give each node of the path what one-token steps give it. Heads of 64, as
+    SmolLM2's. A mask misread by the lanes' maximum fails this; a changed rounding in their sums is what the
+    48-row test above catches (bf16 weights in the value sums absorb most of it here)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(11)
+    config = LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval().to(torch.bfloat16)
+    model.config._attn_implementation = "sdpa"
+    stack = Engine(model).target
+    prefix, path = [(5 * i + 1) % 96 for i in range(150)], [(3 * i + 2) % 96 for i in range(8)]
+    decoy = [90, 91, 92, 93, 94]
+    nodes = [path[0], *decoy, *path[1:]]  # node 0 the root; the decoy hangs below it, the path continues after
+    parents = [-1, 0, 1, 2, 3, 4, 0, 6, 7, 8, 9, 10, 11]
+    on_path = [0, 6, 7, 8, 9, 10, 11, 12]
+    with torch.inference_mode():
+        cache = stack.new_cache(256)
+        stack.forward(prefix, cache)
+        stepped = torch.cat([stack.forward([token], cache) for token in path])
+        cache = stack.new_cache(256)
+        stack.forward(prefix, cache)
+        tree = stack.forward(nodes, cache, parents)
+    assert torch.equal(tree[on_path], stepped)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_an_attention_only_block_runs_native_row_invariant_and_near_pytorchs(dtype):
     """CATS's adapter, ``h + attention(norm(h))`` with no MLP: step.c skips the MLP stages of a layer that has

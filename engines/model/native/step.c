@@ -977,6 +977,139 @@ static inline __attribute__((always_inline)) void weighted_sum_pairs(const int H
     }
     ps->seen_count = c;
 }
+
+/* Scores by key lanes, for a group of LANES_FROM queries or more: the same bits as bf16_key_dot + reduce_each, with
+ * no shuffle per query. Why: at 16 rows the per-query horizontal reduction (reduce_each's 30 shuffles and adds per
+ * 16 keys) and each query's reload of every key took about half of attention (perf, 2-core Zen 4). Here a block of
+ * keys is turned once, for the whole group, so that a vector holds one lane's pair for 16 keys: lane l's sum of
+ * key t, A_l(t) = dpbf16(dpbf16(0, key t's pair l of piece 0, q's), piece 1's, ...), becomes lane t of A_l, built by
+ * the same instructions on the same operands, and reduce's halving tree ((A_l + A_l+8), then +4, +2, +1) becomes
+ * 15 vertical adds in the same tree. A query's bits are the one-query path's whatever the group: the tests compare
+ * every row of a chunk and of a tree with one-row steps, which go the other way. */
+#define LANES_FROM 4
+
+static inline void transpose16(__m512i r[16]) { /* r[t] lane l -> r[l] lane t, 32-bit lanes */
+    __m512i t[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int k = 0; k < 16; k += 8)
+        for (int c = 0; c < 4; c++) {
+            t[k + c] = _mm512_shuffle_i32x4(r[k + c], r[k + c + 4], 0x88);
+            t[k + c + 4] = _mm512_shuffle_i32x4(r[k + c], r[k + c + 4], 0xdd);
+        }
+    for (int c = 0; c < 8; c++) {
+        r[c] = _mm512_shuffle_i32x4(t[c], t[c + 8], 0x88);
+        r[c + 8] = _mm512_shuffle_i32x4(t[c], t[c + 8], 0xdd);
+    }
+}
+
+/* keys [0, n) of a block by key lanes: vector (v·HV/2 + i)·16 + l holds, in lane t, the pair of elements 32i + 2l and
+ * 32i + 2l + 1 of key 16v + t (what lane l of that key's i-th dot product takes); keys past n are zeros. */
+static inline void keys_by_lane(const int HV, const uint16_t *keys, int64_t n, __m512i *lanes) {
+    const int64_t hd = HV * 16;
+    for (int64_t v = 0; 16 * v < n; v++)
+        for (int i = 0; i < HV / 2; i++) {
+            __m512i r[16];
+            for (int t = 0; t < 16; t++)
+                r[t] = 16 * v + t < n ? _mm512_loadu_si512(keys + (16 * v + t) * hd + 32 * i) : _mm512_setzero_si512();
+            transpose16(r);
+            for (int l = 0; l < 16; l++) _mm512_storeu_si512(lanes + (v * (HV / 2) + i) * 16 + l, r[l]);
+        }
+}
+
+/* acc + key · the pair q[at] (at a constant), broadcast from memory within the instruction: the same instruction on
+ * the same operands as _mm512_dpbf16_ps(acc, key, set1(q[at])). Why asm: GCC 12 does not fold a set1 into
+ * vdpbf16ps, and with a pointer per operand ("m") it kept 64 addresses on the stack; a base register and
+ * constant offsets keep the loop's 32 products free of both. */
+#define DOT_BROADCAST(acc, key, q, at)                               \
+    __asm__("vdpbf16ps %c[off](%[base])%{1to16%}, %[k], %[a]"                                                     \
+            : [a] "+v"(acc)                                                                                          \
+            : [k] "v"(key), [base] "r"(q), [off] "i"(4 * (at)), "m"(*(const uint32_t(*)[64])(q)))
+
+/* 16 keys' scores (before scaling) for one or two queries (qa, qb: their bf16 pairs as dwords, piece-major) */
+static inline __attribute__((always_inline)) void lane_scores(const int HV, const int two, const __m512i *lanes,
+                                                              const uint32_t *qa, const uint32_t *qb, __m512 *out) {
+    __m512 a[8], b[8];
+UNROLL
+    for (int l = 0; l < 8; l++) {
+        __m512 a_lo = _mm512_setzero_ps(), a_hi = a_lo, b_lo = a_lo, b_hi = a_lo;
+UNROLL
+        for (int i = 0; i < HV / 2; i++) {
+            const __m512bh lo = (__m512bh)_mm512_loadu_si512(lanes + i * 16 + l);
+            const __m512bh hi = (__m512bh)_mm512_loadu_si512(lanes + i * 16 + l + 8);
+            DOT_BROADCAST(a_lo, lo, qa, i * 16 + l);
+            DOT_BROADCAST(a_hi, hi, qa, i * 16 + l + 8);
+            if (two) {
+                DOT_BROADCAST(b_lo, lo, qb, i * 16 + l);
+                DOT_BROADCAST(b_hi, hi, qb, i * 16 + l + 8);
+            }
+        }
+        a[l] = _mm512_add_ps(a_lo, a_hi);
+        if (two) b[l] = _mm512_add_ps(b_lo, b_hi);
+    }
+#define HALVING_TREE(x) _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x[0], x[4]), _mm512_add_ps(x[2], x[6])),           \
+                                      _mm512_add_ps(_mm512_add_ps(x[1], x[5]), _mm512_add_ps(x[3], x[7])))
+    out[0] = HALVING_TREE(a);
+    if (two) out[1] = HALVING_TREE(b);
+#undef HALVING_TREE
+}
+
+/* One query's 16 scores from key j on: scaled, stored where the query may look (keys before its end), and the
+ * largest of the ones it sees kept lane by lane. */
+static inline void keep_scores(__m512 score, __m512 scaling, int64_t j, int64_t end, const uint8_t *seen,
+                               float *scores, __m512 *top) {
+    const int64_t left = end - j;
+    const __mmask16 valid = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+    const __m512 scaled = _mm512_mul_ps(score, scaling);
+    _mm512_mask_storeu_ps(scores + j, valid, scaled);
+    const __mmask16 shown =
+        seen ? _mm_cmpneq_epi8_mask(_mm_maskz_loadu_epi8(valid, seen + j), _mm_setzero_si128()) : valid;
+    *top = _mm512_mask_max_ps(*top, shown, *top, scaled);
+}
+
+/* Every query's scores over its keys, into scratch, and each one's largest seen score (best). Queries go two by
+ * two, so each key vector loaded serves two; a pair runs to the longer one's end, and the other stores nothing
+ * past its own. */
+static inline __attribute__((always_inline)) void scores_by_lanes(const int HV, const Shape *s, const uint16_t *keys,
+                                                                  const Queries *g, int64_t longest, Scratch *x,
+                                                                  float *best) {
+    uint32_t q[GROUP_QUERIES][64]; /* HV/2 pieces of 16 pairs: HV ≤ 8 */
+    __m512 tops[GROUP_QUERIES];
+    for (int qi = 0; qi < g->count; qi++) {
+        __m512bh qh[4];
+        bf16_query(HV, g->q[qi], qh);
+        memcpy(q[qi], qh, (size_t)HV / 2 * sizeof qh[0]);
+        tops[qi] = _mm512_set1_ps(-INFINITY);
+    }
+    const __m512 scaling = _mm512_set1_ps(s->scaling);
+    __m512i *lanes = (__m512i *)(void *)x->block;
+    for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
+        const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
+        keys_by_lane(HV, keys + j0 * HV * 16, n, lanes);
+        for (int qi = 0; qi < g->count; qi += 2) {
+            const int two = qi + 1 < g->count;
+            const int64_t end_a = g->end[qi], end_b = two ? g->end[qi + 1] : 0;
+            const int64_t stop = (end_a > end_b ? end_a : end_b) - j0;
+            float *scores_a = x->scores + qi * s->capacity, *scores_b = scores_a + s->capacity;
+            for (int64_t v = 0; 16 * v < n && 16 * v < stop; v++) {
+                __m512 score[2];
+                if (two) lane_scores(HV, 1, lanes + v * (HV / 2) * 16, q[qi], q[qi + 1], score);
+                else lane_scores(HV, 0, lanes + v * (HV / 2) * 16, q[qi], q[qi], score);
+                keep_scores(score[0], scaling, j0 + 16 * v, end_a, g->seen[qi], scores_a, &tops[qi]);
+                if (two) keep_scores(score[1], scaling, j0 + 16 * v, end_b, g->seen[qi + 1], scores_b, &tops[qi + 1]);
+            }
+        }
+    }
+    for (int qi = 0; qi < g->count; qi++) best[qi] = _mm512_reduce_max_ps(tops[qi]);
+}
 #else
 #define DOT_SCORES(HV, bf16) 0
 #endif
@@ -993,6 +1126,10 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
         best[qi] = -INFINITY;
     }
     const int dot = DOT_SCORES(HV, bf16); /* scores by bf16 dot products straight from the cache */
+#ifdef SPECVIZ_DPBF16
+    if (dot && HV <= 8 && g->count >= LANES_FROM) scores_by_lanes(HV, s, (const uint16_t *)keys + base * hd, g, longest, x, best);
+    else
+#endif
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
         const int64_t n = longest - j0 < KEY_BLOCK ? longest - j0 : KEY_BLOCK;
         const float *kb = direct || dot ? NULL : cache_rows(HV, bf16, keys, (base + j0) * hd, n, x->block) - j0 * hd;
