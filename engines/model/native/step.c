@@ -1127,7 +1127,8 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
     }
     const int dot = DOT_SCORES(HV, bf16); /* scores by bf16 dot products straight from the cache */
 #ifdef SPECVIZ_DPBF16
-    if (dot && HV <= 8 && g->count >= LANES_FROM) scores_by_lanes(HV, s, (const uint16_t *)keys + base * hd, g, longest, x, best);
+    if (dot && HV <= 8 && g->count >= LANES_FROM)
+        scores_by_lanes(HV, s, (const uint16_t *)keys + base * hd, g, longest, x, best);
     else
 #endif
     for (int64_t j0 = 0; j0 < longest; j0 += KEY_BLOCK) {
