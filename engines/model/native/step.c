@@ -986,7 +986,9 @@ static inline __attribute__((always_inline)) void weighted_sum_pairs(const int H
  * the same instructions on the same operands, and reduce's halving tree ((A_l + A_l+8), then +4, +2, +1) becomes
  * 15 vertical adds in the same tree. A query's bits are the one-query path's whatever the group: the tests compare
  * every row of a chunk and of a tree with one-row steps, which go the other way. */
+#ifndef LANES_FROM /* -DLANES_FROM=… for the A/B (scripts/step_ab.py) */
 #define LANES_FROM 4
+#endif
 
 static inline void transpose16(__m512i r[16]) { /* r[t] lane l -> r[l] lane t, 32-bit lanes */
     __m512i t[16];
