@@ -978,14 +978,14 @@ static inline __attribute__((always_inline)) void weighted_sum_pairs(const int H
     ps->seen_count = c;
 }
 
-/* Scores by key lanes, for a group of LANES_FROM queries or more: the same bits as bf16_key_dot + reduce_each, with
- * no shuffle per query. Why: at 16 rows the per-query horizontal reduction (reduce_each's 30 shuffles and adds per
- * 16 keys) and each query's reload of every key took about half of attention (perf, 2-core Zen 4). Here a block of
- * keys is turned once, for the whole group, so that a vector holds one lane's pair for 16 keys: lane l's sum of
- * key t, A_l(t) = dpbf16(dpbf16(0, key t's pair l of piece 0, q's), piece 1's, ...), becomes lane t of A_l, built by
- * the same instructions on the same operands, and reduce's halving tree ((A_l + A_l+8), then +4, +2, +1) becomes
- * 15 vertical adds in the same tree. A query's bits are the one-query path's whatever the group: the tests compare
- * every row of a chunk and of a tree with one-row steps, which go the other way. */
+/* Scores by key lanes, for a group of LANES_FROM queries or more: the same bits as bf16_key_dot + reduce_each, with no
+ * shuffle per query. Why: at 16 rows the scores took about 60% of attention's samples (perf, 2-core Zen 4), a third of
+ * that in reduce_each's shuffles (about 30 per 16 keys per query) and most of the rest in each query's reload of every
+ * key. Here a block of keys is turned once, for the whole group, so that a vector holds one lane's pair for 16 keys:
+ * lane l's sum of key t, A_l(t) = dpbf16(dpbf16(0, key t's pair l of piece 0, q's), piece 1's, ...), becomes lane t of
+ * A_l, built by the same instructions on the same operands, and reduce's halving tree ((A_l + A_l+8), then +4, +2, +1)
+ * becomes 15 vertical adds in the same tree. A query's bits are the one-query path's whatever the group: the tests
+ * compare every row of a chunk and of a tree with one-row steps, which go the other way. */
 #ifndef LANES_FROM /* -DLANES_FROM=… for the A/B (scripts/step_ab.py) */
 #define LANES_FROM 4
 #endif
@@ -1031,7 +1031,7 @@ static inline void keys_by_lane(const int HV, const uint16_t *keys, int64_t n, _
  * the same operands as _mm512_dpbf16_ps(acc, key, set1(q[at])). Why asm: GCC 12 does not fold a set1 into
  * vdpbf16ps, and with a pointer per operand ("m") it kept 64 addresses on the stack; a base register and
  * constant offsets keep the loop's 32 products free of both. */
-#define DOT_BROADCAST(acc, key, q, at)                               \
+#define DOT_BROADCAST(acc, key, q, at)                                                                             \
     __asm__("vdpbf16ps %c[off](%[base])%{1to16%}, %[k], %[a]"                                                     \
             : [a] "+v"(acc)                                                                                          \
             : [k] "v"(key), [base] "r"(q), [off] "i"(4 * (at)), "m"(*(const uint32_t(*)[64])(q)))
