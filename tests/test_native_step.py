@@ -25,6 +25,20 @@ def logits_of(engine: Engine, ids: list[int], native: bool) -> torch.Tensor:
         return engine.target.forward(ids[-4:], cache)
 
 
+def prefilled(stack, prefix: list[int], capacity: int):
+    """A fresh cache holding the prefix."""
+    cache = stack.new_cache(capacity)
+    stack.forward(prefix, cache)
+    return cache
+
+
+def one_token_steps(stack, prefix: list[int], tokens: list[int], capacity: int) -> torch.Tensor:
+    """Each token's logits from one-token steps after the prefix: what a chunk or a tree verified in one forward
+    must reproduce bit for bit."""
+    cache = prefilled(stack, prefix, capacity)
+    return torch.cat([stack.forward([token], cache) for token in tokens])
+
+
 def test_fp32_native_layers_compute_what_the_hugging_face_layers_compute():
     engine = Engine(tiny_llama(vocab=64, layers=2, seed=3))
     assert engine.target.native is not None
@@ -47,18 +61,12 @@ def test_a_chunk_and_a_tree_give_each_row_the_bits_of_one_token_steps(dtype):
     stack = Engine(bf16_llama(seed=1).to(dtype)).target
     prefix, chain = list(range(7, 47)), [11, 12, 13, 14, 15]
     with torch.inference_mode():
-        apart = stack.new_cache(128)
-        stack.forward(prefix, apart)
-        stepped = torch.cat([stack.forward([token], apart) for token in chain])
-        together = stack.new_cache(128)
-        stack.forward(prefix, together)
-        assert torch.equal(stack.forward(chain, together), stepped)
+        stepped = one_token_steps(stack, prefix, chain, 128)
+        assert torch.equal(stack.forward(chain, prefilled(stack, prefix, 128)), stepped)
         # the chain as one branch of a tree whose other branch (99, 98) comes first in node order
-        tree = stack.new_cache(128)
-        stack.forward(prefix, tree)
         nodes = [11, 99, 98, 12, 13, 14, 15]
         parents = [-1, 0, 1, 0, 3, 4, 5]
-        tree_logits = stack.forward(nodes, tree, parents)
+        tree_logits = stack.forward(nodes, prefilled(stack, prefix, 128), parents)
         assert torch.equal(tree_logits[[0, 3, 4, 5, 6]], stepped)
 
 
@@ -258,12 +266,8 @@ def test_a_wide_tree_over_many_key_blocks_gives_each_path_the_bits_of_one_token_
     parents = [-1, 0, 1, 2, 3, 4, 0, 6, 7, 8, 9, 10, 11]
     on_path = [0, 6, 7, 8, 9, 10, 11, 12]
     with torch.inference_mode():
-        cache = stack.new_cache(256)
-        stack.forward(prefix, cache)
-        stepped = torch.cat([stack.forward([token], cache) for token in path])
-        cache = stack.new_cache(256)
-        stack.forward(prefix, cache)
-        tree = stack.forward(nodes, cache, parents)
+        stepped = one_token_steps(stack, prefix, path, 256)
+        tree = stack.forward(nodes, prefilled(stack, prefix, 256), parents)
     assert torch.equal(tree[on_path], stepped)
 
 
