@@ -1030,11 +1030,16 @@ static inline void keys_by_lane(const int HV, const uint16_t *keys, int64_t n, _
 /* acc + key · the pair q[at] (at a constant), broadcast from memory within the instruction: the same instruction on
  * the same operands as _mm512_dpbf16_ps(acc, key, set1(q[at])). Why asm: GCC 12 does not fold a set1 into
  * vdpbf16ps, and with a pointer per operand ("m") it kept 64 addresses on the stack; a base register and
- * constant offsets keep the loop's 32 products free of both. */
+ * constant offsets keep the loop's 32 products free of both. Clang gets the intrinsic (the same bits): it was not
+ * installed where this was written, so neither its reading of the asm's %c and %{ nor its folding was checked. */
+#if defined(__clang__)
+#define DOT_BROADCAST(acc, key, q, at) ((acc) = _mm512_dpbf16_ps((acc), (key), (__m512bh)_mm512_set1_epi32((int)(q)[at])))
+#else
 #define DOT_BROADCAST(acc, key, q, at)                                                                             \
     __asm__("vdpbf16ps %c[off](%[base])%{1to16%}, %[k], %[a]"                                                     \
             : [a] "+v"(acc)                                                                                          \
             : [k] "v"(key), [base] "r"(q), [off] "i"(4 * (at)), "m"(*(const uint32_t(*)[64])(q)))
+#endif
 
 /* 16 keys' scores (before scaling) for one or two queries (qa, qb: their bf16 pairs as dwords, piece-major) */
 static inline __attribute__((always_inline)) void lane_scores(const int HV, const int two, const __m512i *lanes,
