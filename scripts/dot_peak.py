@@ -53,7 +53,7 @@ def main() -> None:
     if args.iterations < 1:
         raise ValueError(f"--iterations must be at least 1; got {args.iterations}")
     with tempfile.TemporaryDirectory() as folder:
-        program = Path(folder) / "dot_peak"
+        program = Path(folder) / ("dot_peak.exe" if os.name == "nt" else "dot_peak")
         built_with = build(program)
         done = subprocess.run([str(program), str(args.iterations), str(args.threads)], capture_output=True,
                               text=True, check=False)
