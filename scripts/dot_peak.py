@@ -36,7 +36,7 @@ def build(target: Path) -> str:
         raise SystemExit("no C compiler found (set CC, or install gcc or clang)")
     flags = [flag for flag in library.flags() if flag not in ("-shared", "-fPIC", "-undefined", "dynamic_lookup")]
     for openmp in (["-fopenmp"], []):
-        done = subprocess.run([cc, *flags, *openmp, "-O2", str(SOURCE), "-o", str(target)], capture_output=True,
+        done = subprocess.run([cc, *flags, *openmp, str(SOURCE), "-o", str(target)], capture_output=True,
                               text=True, check=False)
         if done.returncode == 0:
             return f"{Path(cc).name} {' '.join(flags + openmp)}"
