@@ -36,6 +36,7 @@ from engines.model.kernels import install
 from engines.model.layers import LayerStack
 from engines.model.loading import DEFAULT_MODEL, LoadedModel, load_model, model_source
 from engines.model.native.step import build_id as native_build_id
+from engines.model.native.step import panels_id as native_panels_id
 from engines.model.step_choice import describe, validate_dtype_device
 from engines.model.verify_cost import VerifyCost, install_stack, load_curve, machine_key, measure, save_curve
 
@@ -220,7 +221,7 @@ class Engine:
         name = (self.name + ("+fp32head" if self.target.fp32_head is not None else "")
                 + ("+rowinv" if self.target.row_invariant else "") + ("+fused" if self._fused else "")
                 + ("+smallm" if self._small_m else "")
-                + (f"+native-{native_build_id()}" if self.target.native is not None else ""))
+                + (f"+native-{native_build_id()}{native_panels_id()}" if self.target.native is not None else ""))
         with self._memory.full_shapes():  # a memory budget empties layers: the key names the whole model
             key = machine_key(self.model, name, self.target.dtype, self.target.device, torch.get_num_threads())
         if self._verify_cost is not None and self._verify_cost_key == key and not remeasure:

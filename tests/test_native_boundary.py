@@ -354,7 +354,7 @@ def test_a_bad_linear_is_refused_and_a_good_one_computes(stack):
 def test_step_c_still_refuses_what_slips_past_with_its_error_codes(stack):
     """The C entry points' own refusals stay: a NULL tensor straight to the library is refused, not read."""
     lib = stack.native.lib
-    code = lib.specviz_linear(None, 1, 4, None, 4, None, 0, None, 1)
+    code = lib.specviz_linear(None, 1, 4, None, 0, 4, None, 0, None, 1)
     with pytest.raises(ValueError, match=r"native step \(linear\) refused its arguments: a missing \(NULL\) tensor"):
         native_step._checked(code, "linear")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from engines.model import gguf_blocks
 from engines.model.machine import cache_dir
 from engines.storage import discard_damaged, staged_directory
 
@@ -128,6 +129,8 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", device: str = 
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     model.to(device).eval()
     model.requires_grad_(False)
+    if name == DEFAULT_MODEL and device == "cpu":
+        gguf_blocks.attach(model, _gguf_path())
     return LoadedModel(model, tokenizer, str(name), DTYPES[dtype], torch.device(device))
 
 
@@ -176,4 +179,6 @@ def load_layers(source: str | Path, dtype: str, device: str, layers: range, embe
     with torch.device(device):
         model.model.rotary_emb = type(rotary)(config=config)
     model.eval()
+    if device == "cpu" and source == cache_dir() / DEFAULT_MODEL:  # the default model's dequantized cache
+        gguf_blocks.attach(model, _gguf_path())
     return model

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from engines.model.kernels import KernelPlan, available_kernels, install
+from engines.model import gguf_blocks
 from engines.model.machine import cache_dir, os_cpu_name
 from engines.storage import discard_damaged, read_json_record, write_json_atomic
 
@@ -164,12 +165,13 @@ def save_curve(curve: VerifyCost) -> Path:
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of weights one decoding step reads: every parameter once (a tied head counts once)."""
+    """Bytes of weights one decoding step reads: every parameter once (a tied head counts once), a weight whose
+    products read the GGUF blocks it came from at the blocks' size (:mod:`engines.model.gguf_blocks`)."""
     seen, total = set(), 0
     for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
-            total += p.numel() * p.element_size()
+            total += gguf_blocks.bytes_read(p)
     return total
 
 

@@ -96,6 +96,8 @@ typedef struct {
     void *keys, *values;                         /* the cache: [kv_heads, capacity, head_dim] */
     /* k and v both NULL: cross-attention (MoA's CA block). keys and values are then a memory computed elsewhere,
      * of which every row reads the call's first `prefix` entries; q is not rotated and nothing is written. */
+    int formats; /* each product weight's format, 4 bits each from the lowest: q, k, v, o, gate_up, down
+                  * (PLAIN: specviz_pack's panels; Q4_1, Q8_0: specviz_pack_quantized's) */
 } Layer;
 
 typedef struct {
@@ -115,6 +117,8 @@ enum {
                                 * 1..capacity) */
     SPECVIZ_BAD_POSITION = -6, /* a negative position */
     SPECVIZ_NO_MEMORY = -7,
+    SPECVIZ_BAD_FORMAT = -8,   /* a weight's format code unknown, or one this build cannot read (quantized panels
+                                * need panels of a multiple of 16 outputs, and K a multiple of 32) */
 };
 
 static int check_shape(const Shape *s) {
@@ -329,6 +333,252 @@ int specviz_pack(const void *w, int64_t N, int64_t K, int bf16, void *out) {
     return SPECVIZ_OK;
 }
 
+/* ---- quantized panels: the GGUF's own blocks, widened to bf16 pairs in registers as the products run -------
+ * Why: one decode step reads every weight once, so its time is the weights' bytes over the memory's read rate.
+ * The default model's weights come from a GGUF whose layers are Q4_1 (32 weights share an fp16 scale d and
+ * offset m: w = d·q + m, q in 0..15; 5 bits a weight) and whose head is Q8_0 (w = d·q, q an int8; 9 bits here):
+ * the bf16 weights the model holds are those values rounded once to bf16. Read as blocks, a step reads about
+ * 100 MB where bf16 panels take 269. A panel's blocks are widened to the very bf16 pairs specviz_pack's panel
+ * holds, and the dot products run on those, k ascending as ever: the products' bits, and row invariance, are
+ * the plain panels' by construction. step.py checks that identity for every weight when it packs it
+ * (specviz_unpack_quantized against specviz_pack) and keeps the plain panels wherever it fails.
+ *
+ * Widening without a conversion instruction: a q placed in the mantissa of 1.0 is the float f = 1 + q/16 (Q4_1)
+ * or 1 + u/256 (Q8_0, u = q + 128), exactly, by a shift and a mask. Then w = fma(f, 16d, m − 16d) (Q4_1) or
+ * fma(f, 256d, −384d) (Q8_0): the fused product is exact, so the one rounding is that of d·q + m (d·q is exact in
+ * fp32), as numpy's dequantization rounds it, provided m − 16d is exact in fp32 (it is unless m's exponent is far
+ * from d's; the check at packing finds any weight where it is not). Then 32 such values go to bf16 pairs by one
+ * round-to-nearest-even conversion, as torch's cast does.
+ *
+ * Layout: a panel of P outputs is P/16 groups of 16 outputs, each group's blocks in turn (so one group is one
+ * sequential read). A group's block of 32 k: Q4_1 (320 bytes): 16 fp16 d, 16 fp16 m, then 4 chunks of 64 bytes
+ * whose 32-bit lane l holds 8 nibbles: nibble v of chunk c is the q of output 8·(v % 2) + l / 2 at
+ * k = 2·(4c + v / 2) + l % 2 (lanes in the order the bf16 panel stores a pair's outputs: vector v % 2 == 0 holds
+ * outputs 0-7's pairs, v % 2 == 1 outputs 8-15's). Q8_0 (576 bytes): 16 fp16 d, 32 bytes of padding (chunks stay
+ * line-aligned), then 8 chunks whose lane l holds 4 bytes u = q + 128: byte v of chunk c for output
+ * 8·(v % 2) + l / 2 at k = 2·(2c + v / 2) + l % 2. */
+enum { PLAIN = 0, Q4_1 = 1, Q8_0 = 2 };
+#define QBLOCK 32
+#define QGROUP 16
+static inline int64_t quantized_group_bytes(int fmt) { return fmt == Q4_1 ? 320 : 576; }
+static inline int64_t quantized_panel_bytes(int64_t K, int fmt) {
+    return K / QBLOCK * (P / QGROUP) * quantized_group_bytes(fmt);
+}
+static inline int quantized_shape_ok(int64_t K, int fmt) {
+    return (fmt == Q4_1 || fmt == Q8_0) && P % QGROUP == 0 && K >= QBLOCK && K % QBLOCK == 0;
+}
+
+/* bytes of one panel as stored: a quantized panel's, or a plain panel's in the model's dtype */
+static inline int64_t stored_panel_bytes(int64_t K, int fmt, int bf16) {
+    return fmt ? quantized_panel_bytes(K, fmt) : panel_elems(K, bf16) * (bf16 ? 2 : 4);
+}
+
+/* The formats this build widens with vector instructions for a model of this dtype (bit f: format f): where it
+ * has none, step.py keeps plain panels. The others still widen correctly, one weight at a time. */
+int specviz_quantized_formats(int bf16) {
+#ifdef SPECVIZ_DPBF16
+    return bf16 ? (1 << Q4_1) | (1 << Q8_0) : 0;
+#else
+    (void)bf16;
+    return 0;
+#endif
+}
+
+int64_t specviz_quantized_bytes(int64_t N, int64_t K, int fmt) {
+    if (N < 1 || !quantized_shape_ok(K, fmt)) return 0;
+    return (N + P - 1) / P * quantized_panel_bytes(K, fmt);
+}
+
+static inline float half_to_f32(uint16_t h) { /* IEEE binary16, subnormals included */
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    uint32_t bits;
+    if (exponent == 0x1f) bits = sign | 0x7f800000u | mantissa << 13;
+    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
+    else if (!mantissa) bits = sign;
+    else {
+        float f = (float)mantissa * (1.0f / 16777216.0f); /* 2^-24: exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Weight k of a GGUF row (K / 32 blocks of 20 bytes (Q4_1) or 34 (Q8_0)): its block's d (and m) bits, and its q. */
+static inline void gguf_weight(const uint8_t *row, int fmt, int64_t k, uint16_t *d, uint16_t *m, int *q) {
+    const uint8_t *block = row + k / QBLOCK * (fmt == Q4_1 ? 20 : 34);
+    const int j = (int)(k % QBLOCK);
+    memcpy(d, block, 2);
+    if (fmt == Q4_1) {
+        memcpy(m, block + 2, 2);
+        *q = j < 16 ? block[4 + j] & 15 : block[4 + j - 16] >> 4;
+    } else {
+        *m = 0;
+        *q = (int8_t)block[2 + j];
+    }
+}
+
+/* Where value v of chunk c of a group's block sits: pair i of the block, half h (0: outputs 0-7, 1: 8-15). */
+static inline int chunk_pair(int fmt, int c, int v) { return fmt == Q4_1 ? 4 * c + v / 2 : 2 * c + v / 2; }
+
+/* Pack GGUF blocks [N rows][K / 32 blocks] (rows in the model's order) into quantized panels; rows past N are
+ * zeros (d = m = 0: weights 0, as specviz_pack pads). */
+int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K, uint8_t *out) {
+    if (!blocks || !out) return SPECVIZ_BAD_POINTER;
+    if (N < 1 || K < 1) return SPECVIZ_BAD_SHAPE;
+    if (!quantized_shape_ok(K, fmt)) return SPECVIZ_BAD_FORMAT;
+    const int64_t row_bytes = K / QBLOCK * (fmt == Q4_1 ? 20 : 34), groups = P / QGROUP;
+    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    uint8_t *at = out;
+    memset(out, 0, (size_t)specviz_quantized_bytes(N, K, fmt));
+    for (int64_t p = 0; p * P < N; p++)
+        for (int64_t g = 0; g < groups; g++)
+            for (int64_t b = 0; b < K / QBLOCK; b++, at += quantized_group_bytes(fmt)) {
+                for (int o = 0; o < QGROUP; o++) {
+                    const int64_t n = p * P + g * QGROUP + o;
+                    uint16_t d = 0, m = 0;
+                    int q;
+                    if (n < N) gguf_weight(blocks + n * row_bytes, fmt, b * QBLOCK, &d, &m, &q);
+                    memcpy(at + 2 * o, &d, 2);
+                    if (fmt == Q4_1) memcpy(at + 32 + 2 * o, &m, 2);
+                }
+                for (int c = 0; c < chunks; c++)
+                    for (int l = 0; l < 16; l++) {
+                        uint32_t lane = 0;
+                        for (int v = 0; v < values; v++) {
+                            const int64_t n = p * P + g * QGROUP + 8 * (v % 2) + l / 2;
+                            const int64_t k = b * QBLOCK + 2 * chunk_pair(fmt, c, v) + l % 2;
+                            uint16_t d, m;
+                            int q = 0;
+                            if (n < N) gguf_weight(blocks + n * row_bytes, fmt, k, &d, &m, &q);
+                            lane |= fmt == Q4_1 ? (uint32_t)q << 4 * v : (uint32_t)(uint8_t)(q + 128) << 8 * v;
+                        }
+                        memcpy(at + 64 + 64 * c + 4 * l, &lane, 4);
+                    }
+            }
+    return SPECVIZ_OK;
+}
+
+/* One panel widened, weight by weight, into the build's plain panel layout: the reference, and the path of
+ * builds without a vector one. */
+static void unpack_panel_scalar(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out) {
+    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    for (int64_t g = 0; g < P / QGROUP; g++)
+        for (int64_t b = 0; b < K / QBLOCK; b++) {
+            const uint8_t *block = panel + (g * (K / QBLOCK) + b) * quantized_group_bytes(fmt);
+            for (int c = 0; c < chunks; c++)
+                for (int l = 0; l < 16; l++) {
+                    uint32_t lane;
+                    memcpy(&lane, block + 64 + 64 * c + 4 * l, 4);
+                    for (int v = 0; v < values; v++) {
+                        const int o = 8 * (v % 2) + l / 2;
+                        uint16_t dh, mh = 0;
+                        memcpy(&dh, block + 2 * o, 2);
+                        float w;
+                        if (fmt == Q4_1) {
+                            memcpy(&mh, block + 32 + 2 * o, 2);
+                            w = half_to_f32(dh) * (float)(lane >> 4 * v & 15) + half_to_f32(mh); /* d·q exact */
+                        } else {
+                            w = half_to_f32(dh) * (float)((int)(lane >> 8 * v & 255) - 128);
+                        }
+                        const int64_t n = g * QGROUP + o, k = b * QBLOCK + 2 * chunk_pair(fmt, c, v) + l % 2;
+                        const int64_t at = PAIRS(bf16) ? (k / 2 * P + n) * 2 + k % 2 : k * P + n;
+                        if (bf16) ((uint16_t *)out)[at] = f32_to_bf16(w);
+                        else ((float *)out)[at] = w;
+                    }
+                }
+        }
+}
+
+#ifdef SPECVIZ_DPBF16
+/* A group block's scales, each output's duplicated across its pair's two lanes: first (outputs 0-7) and last
+ * (8-15), the multiplier 16d (256d) and the addend m − 16d (−384d). */
+typedef struct {
+    __m512 mul[2], add[2];
+} GroupScales;
+
+static inline GroupScales group_scales(const uint8_t *block, int fmt) {
+    const __m512i first8 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i halves[2] = {first8, _mm512_add_epi32(first8, _mm512_set1_epi32(8))};
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)block));
+    const __m512 m = fmt == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(block + 32))) : _mm512_setzero_ps();
+    const __m512 mul = _mm512_mul_ps(d, _mm512_set1_ps(fmt == Q4_1 ? 16.0f : 256.0f)); /* exact */
+    const __m512 add = fmt == Q4_1 ? _mm512_fnmadd_ps(d, _mm512_set1_ps(16.0f), m) : _mm512_mul_ps(d, _mm512_set1_ps(-384.0f));
+    GroupScales s;
+    for (int h = 0; h < 2; h++) {
+        s.mul[h] = _mm512_permutexvar_ps(halves[h], mul);
+        s.add[h] = _mm512_permutexvar_ps(halves[h], add);
+    }
+    return s;
+}
+
+/* Value v of every lane of a chunk as the float 1 + q/16 (Q4_1) or 1 + u/256 (Q8_0), then the weight. */
+static inline __attribute__((always_inline)) __m512 widen(__m512i chunk, int fmt, int v, const GroupScales *s) {
+    const int bits = fmt == Q4_1 ? 4 : 8, shift = 23 - bits - bits * v; /* value v's lowest bit to mantissa bit 23 - bits */
+    const __m512i placed = shift >= 0 ? _mm512_slli_epi32(chunk, (unsigned)shift) : _mm512_srli_epi32(chunk, (unsigned)-shift);
+    const __m512i mask = _mm512_set1_epi32((int)(((1u << bits) - 1) << (23 - bits))), one = _mm512_set1_epi32(0x3f800000);
+    const __m512 f = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(placed, mask, one, 0xea)); /* (placed & mask) | one */
+    return _mm512_fmadd_ps(f, s->mul[v % 2], s->add[v % 2]);
+}
+
+/* The bf16 pairs of pair p of a chunk: values 2p (outputs 0-7) and 2p + 1 (8-15). */
+static inline __attribute__((always_inline)) __m512bh widened_pair(__m512i chunk, int fmt, int p, const GroupScales *s) {
+    return _mm512_cvtne2ps_pbh(widen(chunk, fmt, 2 * p + 1, s), widen(chunk, fmt, 2 * p, s));
+}
+
+/* A whole panel widened into out (a plain bf16 panel): for a product of many rows, whose tiles then read it from
+ * cache. The next panel's blocks are asked for at the pace this one's are read. */
+static void unpack_panel_bf16(const uint8_t *panel, int fmt, int64_t K, uint16_t *out, const char *next) {
+    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    for (int g = 0; g < P / QGROUP; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block = panel + (g * blocks + b) * record;
+            if (next)
+                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const GroupScales s = group_scales(block, fmt);
+            uint16_t *o = out + (b * (QBLOCK / 2) * RN + g) * 32;
+            if (fmt == Q4_1)
+                for (int c = 0; c < 4; c++) {
+                    const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
+UNROLL
+                    for (int p = 0; p < 4; p++) _mm512_storeu_si512(o + (4 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q4_1, p, &s));
+                }
+            else
+                for (int c = 0; c < 8; c++) {
+                    const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
+UNROLL
+                    for (int p = 0; p < 2; p++) _mm512_storeu_si512(o + (2 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q8_0, p, &s));
+                }
+        }
+}
+#endif
+
+/* One stored quantized panel widened into out (a plain panel of the model's dtype). */
+static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
+#ifdef SPECVIZ_DPBF16
+    if (bf16) {
+        unpack_panel_bf16(panel, fmt, K, (uint16_t *)out, next);
+        return;
+    }
+#endif
+    (void)next;
+    unpack_panel_scalar(panel, fmt, K, bf16, out);
+}
+
+/* Quantized panels widened into the plain panels specviz_pack would make of the same weights (out:
+ * specviz_packed_elems(N, K, bf16) elements): how step.py checks, once per weight, that they are the same. */
+int specviz_unpack_quantized(const uint8_t *packed, int fmt, int64_t N, int64_t K, int bf16, void *out) {
+    if (!packed || !out) return SPECVIZ_BAD_POINTER;
+    if (N < 1 || K < 1) return SPECVIZ_BAD_SHAPE;
+    if (!quantized_shape_ok(K, fmt)) return SPECVIZ_BAD_FORMAT;
+    const int64_t es = bf16 ? 2 : 4;
+    for (int64_t p = 0; p * P < N; p++)
+        unpack_panel(packed + p * quantized_panel_bytes(K, fmt), fmt, K, bf16,
+                     (char *)out + p * panel_elems(K, bf16) * es, NULL);
+    return SPECVIZ_OK;
+}
+
 /* A product's input, as the product reads it: rounded to bf16 for a bf16 model, zero-padded to Kp columns, and
  * stored k-major (element (m, k) at f[k * ld + m]; with AVX-512 BF16 also as bf16 pairs, (m, 2i + j) at
  * h[(i * ld + m) * 2 + j]): a tile's RM rows at one k are then one pointer and RM constant offsets, where
@@ -482,24 +732,101 @@ static void product_panel(const void *panel, int bf16, const Input *in, int64_t 
     }
 }
 
+#ifdef SPECVIZ_DPBF16
+/* RMC rows against one quantized panel, each block widened in registers as it is read (nothing stored): the
+ * tile of a step or a verification, where the widening costs about what one row's dot products do and a
+ * widened panel written out and read back would cost more. Group by group (16 outputs: RMC accumulators), k
+ * ascending, each pair's dot product the plain tile's: the same bits. The next panel's lines are asked for as
+ * this one's are read. */
+#ifndef QRM
+#define QRM 12
+#endif
+static inline __attribute__((always_inline)) void tile_quantized(const uint8_t *panel, const int fmt, int64_t K,
+                                                                 const uint16_t *x, int64_t ld, const int RMC,
+                                                                 float *out, int64_t ostride, const char *next) {
+    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const uint32_t *pairs = (const uint32_t *)(const void *)x;
+    for (int g = 0; g < P / QGROUP; g++) {
+        __m512 acc[QRM];
+UNROLL
+        for (int r = 0; r < RMC; r++) acc[r] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block = panel + (g * blocks + b) * record;
+            if (next)
+                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const GroupScales s = group_scales(block, fmt);
+            const uint32_t *xb = pairs + b * (QBLOCK / 2) * ld;
+            const int chunks = fmt == Q4_1 ? 4 : 8, per_chunk = fmt == Q4_1 ? 4 : 2;
+            for (int c = 0; c < chunks; c++) {
+                const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
+UNROLL
+                for (int p = 0; p < per_chunk; p++) {
+                    const __m512bh w = widened_pair(chunk, fmt, p, &s);
+                    const uint32_t *xi = xb + (per_chunk * c + p) * ld;
+UNROLL
+                    for (int r = 0; r < RMC; r++)
+                        acc[r] = _mm512_dpbf16_ps(acc[r], w, (__m512bh)_mm512_set1_epi32((int)xi[r]));
+                }
+            }
+        }
+UNROLL
+        for (int r = 0; r < RMC; r++) _mm512_storeu_ps(out + r * ostride + g * QGROUP, acc[r]);
+    }
+}
+#endif
+
+/* Every row of one stored panel, plain or quantized: a quantized one in registers where its rows fit one
+ * widening tile (tile_quantized), else widened once into unpacked (one plain panel), which the plain tiles then
+ * read from cache. */
+static void product_stored_panel(const void *stored, int fmt, int bf16, const Input *in, int64_t M, int64_t K,
+                                 float *out, int64_t ostride, const char *next, void *unpacked) {
+    if (!fmt) {
+        product_panel(stored, bf16, in, M, K, out, ostride, next);
+        return;
+    }
+#ifdef SPECVIZ_DPBF16
+    if (bf16 && M <= QRM) {
+        const uint8_t *panel = (const uint8_t *)stored;
+        switch ((int)M) {
+#define QUANTIZED_CASE(n)                                                                                             \
+    case n:                                                                                                           \
+        if (fmt == Q4_1) tile_quantized(panel, Q4_1, K, in->h, in->ld, n, out, ostride, next);                       \
+        else tile_quantized(panel, Q8_0, K, in->h, in->ld, n, out, ostride, next);                                    \
+        return;
+            QUANTIZED_CASE(1) QUANTIZED_CASE(2) QUANTIZED_CASE(3) QUANTIZED_CASE(4) QUANTIZED_CASE(5)
+            QUANTIZED_CASE(6) QUANTIZED_CASE(7) QUANTIZED_CASE(8) QUANTIZED_CASE(9) QUANTIZED_CASE(10)
+            QUANTIZED_CASE(11) QUANTIZED_CASE(12)
+#if QRM > 12
+            QUANTIZED_CASE(13) QUANTIZED_CASE(14) QUANTIZED_CASE(15) QUANTIZED_CASE(16)
+#endif
+#undef QUANTIZED_CASE
+        default: break;
+        }
+    }
+#endif
+    unpack_panel((const uint8_t *)stored, fmt, K, bf16, unpacked, next);
+    product_panel(unpacked, bf16, in, M, K, out, ostride, NULL);
+}
+
 /* y[m * ystride + n] for m < M, n in [n0, n1): the panels that cover them. A panel wholly inside is written
- * in place; one cut by n0 or n1 (a head narrower than a panel, the last rows) goes through a buffer. */
-static void product(const void *packed, int bf16, const Input *in, int64_t M, int64_t K, int64_t n0, int64_t n1,
-                    float *y, int64_t ystride, const char *ahead) {
-    const int64_t pe = panel_elems(K, bf16), es = bf16 ? 2 : 4;
+ * in place; one cut by n0 or n1 (a head narrower than a panel, the last rows) goes through a buffer. fmt: the
+ * panels' format (product_stored_panel); unpacked: one plain panel of scratch for a quantized one. */
+static void product(const void *packed, int fmt, int bf16, const Input *in, int64_t M, int64_t K, int64_t n0,
+                    int64_t n1, float *y, int64_t ystride, const char *ahead, void *unpacked) {
+    const int64_t bytes = stored_panel_bytes(K, fmt, bf16);
     for (int64_t p = n0 / P; p * P < n1; p++) {
-        const void *panel = (const char *)packed + p * pe * es;
+        const char *panel = (const char *)packed + p * bytes;
         const int64_t first = p * P > n0 ? p * P : n0, last = p * P + P < n1 ? p * P + P : n1;
-        const char *next = (p + 1) * P < n1 ? (const char *)panel + pe * es : ahead;
+        const char *next = (p + 1) * P < n1 ? panel + bytes : ahead;
         if (first == p * P && last == p * P + P) {
-            product_panel(panel, bf16, in, M, K, y + first, ystride, next);
+            product_stored_panel(panel, fmt, bf16, in, M, K, y + first, ystride, next, unpacked);
             continue;
         }
         float part[RM * P];
         for (int64_t m0 = 0; m0 < M; m0 += RM) {
             int64_t rows = M - m0 < RM ? M - m0 : RM;
             Input at = rows_from(in, m0);
-            product_panel(panel, bf16, &at, rows, K, part, P, NULL);
+            product_stored_panel(panel, fmt, bf16, &at, rows, K, part, P, NULL, unpacked);
             for (int64_t m = 0; m < rows; m++)
                 for (int64_t n = first; n < last; n++) y[(m0 + m) * ystride + n] = part[m * P + n - p * P];
         }
@@ -558,17 +885,21 @@ static inline void share(int64_t N, int thread, int threads, int64_t *n0, int64_
  * computes a piece never changes its bits. */
 static inline int64_t take(int64_t *ticket) { return __atomic_fetch_add(ticket, 1, __ATOMIC_RELAXED); }
 
-/* A thread's next piece, claimed while it works on this one when its products take more than one tile (M > RM):
- * its tiles then ask for that piece's weights (prefetch), so the next panel's first tile reads from cache where
- * the memory bus would otherwise idle through the later tiles. Not beyond AHEAD_ROWS rows: there a piece is long
- * enough that one held by a busy thread while the other has nothing left costs more than the warming saves
- * (64 rows gained nothing, a 292-token prefill lost ~5%). -1: no claim ahead. */
+/* A thread's next piece, claimed while it works on this one when its products take more than one tile (M > RM)
+ * or read quantized panels (whose one widening tile asks for the next panel as it reads: a 1-row step gained
+ * ~0.7 ms of ~8 in an in-process A/B, 2-core Zen 4): its tiles then ask for that piece's weights (prefetch), so
+ * the next panel's first tile reads from cache where the memory bus would otherwise idle through the later tiles.
+ * Not beyond AHEAD_ROWS rows: there a piece is long enough that one held by a busy thread while the other has
+ * nothing left costs more than the warming saves (64 rows gained nothing, a 292-token prefill lost ~5%). -1: no
+ * claim ahead. */
 #define AHEAD_ROWS 32
-static inline int64_t take_ahead(int64_t *ticket, int64_t M) { return M > RM && M <= AHEAD_ROWS ? take(ticket) : -1; }
+static inline int64_t take_ahead(int64_t *ticket, int64_t M, int quantized) {
+    return (M > RM || quantized) && M <= AHEAD_ROWS ? take(ticket) : -1;
+}
 
-/* the packed weights of the panel holding output n0 */
-static inline const char *panel_at(const void *packed, int bf16, int64_t K, int64_t n0) {
-    return (const char *)packed + n0 / P * panel_elems(K, bf16) * (bf16 ? 2 : 4);
+/* the stored weights of the panel holding output n0 */
+static inline const char *panel_at(const void *packed, int fmt, int bf16, int64_t K, int64_t n0) {
+    return (const char *)packed + n0 / P * stored_panel_bytes(K, fmt, bf16);
 }
 
 static inline float weight_at(const void *w, int bf16, int64_t i) {
@@ -668,6 +999,7 @@ typedef struct {
     Input act;       /* [M, Kp(inter)] */
     float *rope;     /* [M, head_dim]: cos then sin of each row's position */
     float *attention; /* [threads, KEY_BLOCK·head_dim + GROUP_QUERIES·(capacity + head_dim)]: Scratch */
+    float *unpacked; /* [threads, unpacked_floats]: each thread's widened quantized panel */
 } Work;
 
 static float *carve(float **at, int64_t n) {
@@ -689,6 +1021,14 @@ static inline int64_t attention_floats(const Shape *s) {
     return KEY_BLOCK * s->head_dim + GROUP_QUERIES * (s->capacity + s->head_dim);
 }
 
+/* floats of one plain panel of the widest K a product of this shape has (a multiple of 16: carve keeps them
+ * aligned) */
+static inline int64_t unpacked_floats(const Shape *s) {
+    int64_t K = s->d > s->inter ? s->d : s->inter, q = s->heads * s->head_dim;
+    K = K > q ? K : q;
+    return (panel_elems(K, s->bf16) * (s->bf16 ? 2 : 4) / 4 + 15) / 16 * 16;
+}
+
 /* The work space's parts, carved from base; returns the floats used. */
 static int64_t layout(const Shape *s, int64_t M, int threads, float *base, Work *w) {
     float *at = base;
@@ -706,6 +1046,7 @@ static int64_t layout(const Shape *s, int64_t M, int threads, float *base, Work 
     carve_input(&at, &w->act, M, s->inter);
     w->rope = carve(&at, M * s->head_dim);
     w->attention = carve(&at, (int64_t)threads * attention_floats(s));
+    w->unpacked = carve(&at, (int64_t)threads * unpacked_floats(s));
     return at - base;
 }
 
@@ -1322,6 +1663,10 @@ static void attend(const Shape *s, const Layer *ly, const Queries *g, int64_t ba
 static inline const void *unit_weight(const Shape *s, const Layer *ly, int64_t u) {
     return u < s->heads ? ly->q : u < s->heads + s->kv_heads ? ly->k : ly->v;
 }
+static inline int format_of(const Layer *ly, int weight) { return ly->formats >> 4 * weight & 15; }
+static inline int unit_format(const Shape *s, const Layer *ly, int64_t u) {
+    return format_of(ly, u < s->heads ? 0 : u < s->heads + s->kv_heads ? 1 : 2);
+}
 static inline int64_t unit_head(const Shape *s, int64_t u) {
     return u < s->heads ? u : u < s->heads + s->kv_heads ? u - s->heads : u - s->heads - s->kv_heads;
 }
@@ -1348,6 +1693,12 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             return SPECVIZ_BAD_POINTER;
         const int cross = ly->k == NULL;
         if (prefix < cross || prefix + (cross ? 0 : M) > s->capacity) return SPECVIZ_BAD_CACHE;
+        const void *weights[6] = {ly->q, ly->k, ly->v, ly->o, ly->gate_up, ly->down};
+        const int64_t ks[6] = {s->d, s->d, s->d, s->heads * s->head_dim, s->d, s->inter};
+        if (ly->formats >> 24) return SPECVIZ_BAD_FORMAT;
+        for (int i = 0; i < 6; i++)
+            if (format_of(ly, i) && (!weights[i] || !quantized_shape_ok(ks[i], format_of(ly, i))))
+                return SPECVIZ_BAD_FORMAT;
     }
     const int bf16 = s->bf16;
     const int64_t d = s->d, hd = s->head_dim, q_size = s->heads * hd, kv_size = s->kv_heads * hd;
@@ -1371,6 +1722,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         int sense = 0;
         CLOCK_START(thread);
         Input *mine = &w.mine[thread];
+        void *unpacked = w.unpacked + thread * unpacked_floats(s);
         Scratch scratch;
         scratch.block = w.attention + thread * attention_floats(s);
         scratch.scores = scratch.block + KEY_BLOCK * hd;
@@ -1384,11 +1736,14 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine);
             int64_t ahead = -1;
             for (int64_t u = take(&tickets[li][0]); u < units; u = ahead >= 0 ? ahead : take(&tickets[li][0])) {
-                ahead = take_ahead(&tickets[li][0], M);
+                ahead = take_ahead(&tickets[li][0], M, ly->formats & 0xfff);
                 const void *weight = unit_weight(s, ly, u);
                 int64_t first = unit_head(s, u);
-                product(weight, bf16, mine, M, d, first * hd, (first + 1) * hd, w.qkv + (u - first) * hd, qkv_size,
-                        ahead >= 0 && ahead < units ? panel_at(unit_weight(s, ly, ahead), bf16, d, unit_head(s, ahead) * hd) : NULL);
+                const char *next = ahead >= 0 && ahead < units
+                    ? panel_at(unit_weight(s, ly, ahead), unit_format(s, ly, ahead), bf16, d, unit_head(s, ahead) * hd)
+                    : NULL;
+                product(weight, unit_format(s, ly, u), bf16, mine, M, d, first * hd, (first + 1) * hd,
+                        w.qkv + (u - first) * hd, qkv_size, next, unpacked);
                 for (int64_t m = 0; m < M; m++) {
                     float *head = w.qkv + m * qkv_size + u * hd;
                     if (!cross && u < s->heads + s->kv_heads) rotate(head, hd, w.rope + m * hd);
@@ -1424,10 +1779,11 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             const int attention_only = ly->gate_up == NULL;
             ahead = -1;
             for (int64_t p = take(&tickets[li][2]); p * P < d; p = ahead >= 0 ? ahead : take(&tickets[li][2])) {
-                ahead = take_ahead(&tickets[li][2], M);
+                ahead = take_ahead(&tickets[li][2], M, format_of(ly, 3));
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
-                product(ly->o, bf16, &w.attended, M, q_size, n0, n1, w.qkv, d,
-                        ahead >= 0 && ahead * P < d ? panel_at(ly->o, bf16, q_size, ahead * P) : NULL);
+                product(ly->o, format_of(ly, 3), bf16, &w.attended, M, q_size, n0, n1, w.qkv, d,
+                        ahead >= 0 && ahead * P < d ? panel_at(ly->o, format_of(ly, 3), bf16, q_size, ahead * P) : NULL,
+                        unpacked);
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = n0; n < n1; n++) {
                         float value = w.residual[m * d + n] + w.qkv[m * d + n];
@@ -1439,9 +1795,10 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
             rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
             ahead = -1;
-            const int64_t panel_bytes = panel_elems(d, bf16) * (bf16 ? 2 : 4);
+            const int pair_format = format_of(ly, 4);
+            const int64_t panel_bytes = stored_panel_bytes(d, pair_format, bf16);
             for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = ahead >= 0 ? ahead : take(&tickets[li][3])) {
-                ahead = take_ahead(&tickets[li][3], M);
+                ahead = take_ahead(&tickets[li][3], M, format_of(ly, 4));
                 int64_t n = p * P, e = n + P < s->inter ? n + P : s->inter;
                 float gate[64 * P], up[64 * P];
                 const char *pair = (const char *)ly->gate_up + 2 * p * panel_bytes;
@@ -1449,8 +1806,9 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                 for (int64_t m0 = 0; m0 < M; m0 += 64) {
                     int64_t mc = M - m0 < 64 ? M - m0 : 64;
                     Input part = rows_from(mine, m0);
-                    product_panel(pair, bf16, &part, mc, d, gate, P, pair + panel_bytes); /* all P lanes: the buffer holds them */
-                    product_panel(pair + panel_bytes, bf16, &part, mc, d, up, P, next_pair);
+                    /* all P lanes: the buffer holds them */
+                    product_stored_panel(pair, pair_format, bf16, &part, mc, d, gate, P, pair + panel_bytes, unpacked);
+                    product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair, unpacked);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
                     input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }
@@ -1459,10 +1817,12 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             /* E: down projection, added to the residual, rounded to the model's dtype at the layer's end */
             ahead = -1;
             for (int64_t p = take(&tickets[li][4]); p * P < d; p = ahead >= 0 ? ahead : take(&tickets[li][4])) {
-                ahead = take_ahead(&tickets[li][4], M);
+                ahead = take_ahead(&tickets[li][4], M, format_of(ly, 5));
                 int64_t n0 = p * P, n1 = n0 + P < d ? n0 + P : d;
-                product(ly->down, bf16, &w.act, M, s->inter, n0, n1, w.qkv, d,
-                        ahead >= 0 && ahead * P < d ? panel_at(ly->down, bf16, s->inter, ahead * P) : NULL);
+                product(ly->down, format_of(ly, 5), bf16, &w.act, M, s->inter, n0, n1, w.qkv, d,
+                        ahead >= 0 && ahead * P < d ? panel_at(ly->down, format_of(ly, 5), bf16, s->inter, ahead * P)
+                                                    : NULL,
+                        unpacked);
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = n0; n < n1; n++) {
                         float value = w.residual[m * d + n] + w.qkv[m * d + n];
@@ -1478,13 +1838,14 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
 }
 
 /* Final norm and LM head: logits [M, vocab] fp32 from hidden [M, d] in the model's dtype. */
-int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm, const void *head, int64_t vocab,
-                 float *logits, float *work_base, int threads) {
+int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm, const void *head, int head_format,
+                 int64_t vocab, float *logits, float *work_base, int threads) {
     int bad = check_shape(s);
     if (bad) return bad;
     if (M < 1) return SPECVIZ_BAD_ROWS;
     if ((bad = check_threads(threads))) return bad;
     if (!hidden || !norm || !head || !logits || !work_base || vocab < 1) return SPECVIZ_BAD_POINTER;
+    if (head_format && !quantized_shape_ok(s->d, head_format)) return SPECVIZ_BAD_FORMAT;
     const int bf16 = s->bf16;
     Work w;
     layout(s, M, threads, work_base, &w);
@@ -1497,11 +1858,16 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
 #endif
 #pragma omp parallel num_threads(threads)
     {
+        int thread, team;
+        team_position(&thread, &team);
+        void *unpacked = w.unpacked + thread * unpacked_floats(s);
         int64_t ahead = -1;
         for (int64_t p = take(&next); p * P < vocab; p = ahead >= 0 ? ahead : take(&next)) {
-            ahead = take_ahead(&next, M);
-            product(head, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab, logits, vocab,
-                    ahead >= 0 && ahead * P < vocab ? panel_at(head, bf16, s->d, ahead * P) : NULL);
+            ahead = take_ahead(&next, M, head_format);
+            product(head, head_format, bf16, &w.normed, M, s->d, p * P, p * P + P < vocab ? p * P + P : vocab,
+                    logits, vocab,
+                    ahead >= 0 && ahead * P < vocab ? panel_at(head, head_format, bf16, s->d, ahead * P) : NULL,
+                    unpacked);
         }
     }
 #ifdef SPECVIZ_STAGE_CLOCK
@@ -1512,21 +1878,25 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
 
 /* A plain product for the drafters' own linear maps: y [M, N] fp32 = x [M, K] w [N, K]^T (+ bias [N]), x, w and
  * bias in the model's dtype (bf16 != 0: bf16), summed as every product here is: row-invariant. */
-int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int64_t N, const void *bias, int bf16,
-                   float *y, int threads) {
+int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_format, int64_t N, const void *bias,
+                   int bf16, float *y, int threads) {
     if (M < 1) return SPECVIZ_BAD_ROWS;
     if (K < 1 || N < 1) return SPECVIZ_BAD_SHAPE;
     int bad = check_threads(threads);
     if (bad) return bad;
     if (!x || !w || !y) return SPECVIZ_BAD_POINTER;
+    if (w_format && !quantized_shape_ok(K, w_format)) return SPECVIZ_BAD_FORMAT;
     Input in;
     in.Kp = padded(K);
     in.ld = M;
     in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
     in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
-    if (!in.f || !in.h) {
+    const int64_t widened = panel_elems(K, bf16) * (bf16 ? 2 : 4); /* bytes of one thread's widened panel */
+    char *unpacked = w_format ? (char *)calloc((size_t)threads, (size_t)widened) : NULL;
+    if (!in.f || !in.h || (w_format && !unpacked)) {
         free(in.f);
         free(in.h);
+        free(unpacked);
         return SPECVIZ_NO_MEMORY;
     }
     for (int64_t m = 0; m < M; m++)
@@ -1537,12 +1907,13 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int64_t N
         team_position(&thread, &team);
         int64_t n0, n1;
         share(N, thread, team, &n0, &n1);
-        product(w, bf16, &in, M, K, n0, n1, y, N, NULL);
+        product(w, w_format, bf16, &in, M, K, n0, n1, y, N, NULL, unpacked ? unpacked + thread * widened : NULL);
         if (bias)
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = n0; n < n1; n++) y[m * N + n] += load_hidden(bias, bf16, n);
     }
     free(in.f);
     free(in.h);
+    free(unpacked);
     return SPECVIZ_OK;
 }

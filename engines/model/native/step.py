@@ -24,18 +24,23 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import weakref
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
+from engines.model import gguf_blocks
 from engines.model.fused_layer import FusedLlamaLayer
 from engines.model.kv_cache import KVCache
 from engines.model.native import library
 
 SOURCE = Path(__file__).with_name("step.c")
+# "0": products read plain panels even where a weight's GGUF blocks could serve (the A/B switch)
+QUANTIZED_VARIABLE = "SPECVIZ_QUANTIZED_PANELS"
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
@@ -49,7 +54,7 @@ class Shape(ctypes.Structure):
 
 class LayerPointers(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "o", "gate_up", "down", "norm1", "norm2", "keys", "values")]
+                ("q", "k", "v", "o", "gate_up", "down", "norm1", "norm2", "keys", "values")] + [("formats", ctypes.c_int)]
 
 
 def _library():
@@ -64,10 +69,11 @@ def _library():
                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.specviz_layers.restype = ctypes.c_int
         lib.specviz_head.argtypes = [ctypes.POINTER(Shape), ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int]
         lib.specviz_head.restype = ctypes.c_int
-        lib.specviz_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                       ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        lib.specviz_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         lib.specviz_linear.restype = ctypes.c_int
         lib.specviz_work_floats.argtypes = [ctypes.POINTER(Shape), ctypes.c_int64, ctypes.c_int]
         lib.specviz_work_floats.restype = ctypes.c_int64
@@ -79,6 +85,16 @@ def _library():
         lib.specviz_panel_layout.restype = ctypes.c_int
         lib.specviz_panel_elems.argtypes = [ctypes.c_int64, ctypes.c_int]
         lib.specviz_panel_elems.restype = ctypes.c_int64
+        lib.specviz_quantized_formats.argtypes = [ctypes.c_int]
+        lib.specviz_quantized_formats.restype = ctypes.c_int
+        lib.specviz_quantized_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+        lib.specviz_quantized_bytes.restype = ctypes.c_int64
+        lib.specviz_pack_quantized.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                               ctypes.c_void_p]
+        lib.specviz_pack_quantized.restype = ctypes.c_int
+        lib.specviz_unpack_quantized.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                                 ctypes.c_int, ctypes.c_void_p]
+        lib.specviz_unpack_quantized.restype = ctypes.c_int
         lib._specviz_typed = True
     return lib
 
@@ -87,7 +103,8 @@ def _library():
 _REFUSALS = {-1: "a size of the model's shape out of range (head_dim 2..512 and even, heads a multiple of kv_heads)",
              -2: "no rows", -3: "a thread count outside 1..1024", -4: "a missing (NULL) tensor",
              -5: "a cache index past the cache's capacity, or negative", -6: "a negative position",
-             -7: "no memory for the product's input"}
+             -7: "no memory for the product's input",
+             -8: "a weight's format this build cannot read (quantized panels need K a multiple of 32)"}
 
 
 def _checked(code: int, call: str) -> None:
@@ -118,6 +135,13 @@ def build_id() -> str:
     return f"{loaded.digest}-{loaded.info.isa}" + ("" if loaded.info.openmp else "-noomp")
 
 
+def panels_id() -> str:
+    """``"-plain-panels"`` where the products are told to read plain panels even where GGUF blocks could serve
+    (``SPECVIZ_QUANTIZED_PANELS=0``), else ``""``: part of what cached measurements are keyed by, beside
+    :func:`build_id`, since the step's cost differs."""
+    return "-plain-panels" if os.environ.get(QUANTIZED_VARIABLE, "1").strip() == "0" else ""
+
+
 def build_info() -> library.BuildInfo | None:
     """How the native step running here was built (compiler, flags, OpenMP, ISA), or ``None`` where none runs."""
     return library.load(SOURCE).info
@@ -135,6 +159,13 @@ def build_description() -> str:
 # weights and the cache are checked once and remembered by what would change if they did (data pointer, shape,
 # dtype, layout), so the checks cost a few µs a step; the memory budget's weight streamer swaps weights in and
 # out, and a swapped weight has a new pointer, so it is checked again.
+
+_FORMAT = "_specviz_format"  # kept on a packed tensor: step.c's format code of its panels (absent: plain)
+
+
+def _format(packed: torch.Tensor) -> int:
+    return packed.__dict__.get(_FORMAT, 0)
+
 
 class CacheError(ValueError, RuntimeError):
     """A cache the native step refuses: a ``ValueError`` like every refusal here, and a ``RuntimeError`` like
@@ -247,6 +278,7 @@ class CheckedLayer(NamedTuple):
     weights: tuple  # the nine weight tensors, in WEIGHT_NAMES' order
     key: tuple | None  # their pointers, shapes, dtypes and layouts, and two versions: a change means check again
     addresses: tuple[int, ...]  # what reaches C: the packed products' and the norms' addresses
+    formats: int  # step.c's Layer.formats: each product weight's panel format, 4 bits each
     run: object | None  # the run that checked it (NativeStep.trusted_during), None outside one
     held: tuple  # what the addresses point into, kept alive while they may be reused
 
@@ -275,6 +307,7 @@ class PreparedHead(NamedTuple):
     head: torch.Tensor  # by identity
     norm_address: int
     head_address: int  # the packed head's
+    head_format: int  # its panels' format (0 plain, else GGUF blocks)
     vocab: int
     held: tuple  # what the addresses point into: the norm's storage and the packed head
 
@@ -307,6 +340,9 @@ class NativeStep:
         self._run: object | None = None  # the decode run whose engine work is under way (trusted_during)
         self._head_shape = self.shape(1)  # the head reads no cache
         self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
+        # GGUF formats whose blocks the products read where a weight has them: those this build widens with
+        # vector instructions for this dtype, unless switched off
+        self._quantized = 0 if panels_id() else lib.specviz_quantized_formats(int(dtype == torch.bfloat16))
         self._config, self._rotary = config, rotary
         self._variants: dict[int, NativeStep] = {}  # MLP width → this step for blocks of that width (with_inter)
 
@@ -335,6 +371,7 @@ class NativeStep:
                 raise ValueError(f"inter must be a positive int (an MLP's width), got {inter!r}")
             found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib, inter)
             found._layouts = self._layouts
+            found._quantized = self._quantized
             self._variants[inter] = found
         return found
 
@@ -352,11 +389,14 @@ class NativeStep:
         """``weight`` ``[out, in]`` in the step's panels (``specviz_pack``): made on first use and kept on the
         tensor itself, so it lives and dies with it (a streamed layer's weights are packed each time they are
         streamed in), and made again when the tensor changes in place (training bumps its version). Costs one more
-        copy of the weights: 269 MB for SmolLM2-135M in bf16, 538 MB in fp32."""
+        copy of the weights: 269 MB for SmolLM2-135M in bf16, 538 MB in fp32. A weight that keeps the GGUF blocks
+        it was dequantized from (:mod:`engines.model.gguf_blocks`) is packed from those instead where this build
+        reads them (:meth:`_pack_quantized`): 96 MB for the default model in bf16."""
         layout, key = self._packing_key(weight)
         kept = weight.__dict__.setdefault("_specviz_packed", {})  # layout → (key, packed): one per build loaded
         if layout not in kept or kept[layout][0] != key:
-            kept[layout] = (key, self._pack(weight))
+            quantized = self._pack_quantized(weight)
+            kept[layout] = (key, quantized if quantized is not None else self._pack(weight))
         return kept[layout][1]
 
     def packed_pair(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -367,18 +407,54 @@ class NativeStep:
         key = (self._packing_key(first), self._packing_key(second))
         kept = first.__dict__.get("_specviz_pair")
         if kept is None or kept[0] != key:
-            panel = self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16))
-            pair = torch.stack([self._pack(first).view(-1, panel), self._pack(second).view(-1, panel)], 1)
-            kept = (key, pair.reshape(-1))
+            both = [self._pack_quantized(first), self._pack_quantized(second)]
+            if both[0] is None or both[1] is None or _format(both[0]) != _format(both[1]):
+                both = [self._pack(first), self._pack(second)]  # one format for the pair: plain unless both read blocks
+            panel = (self.lib.specviz_quantized_bytes(1, first.shape[1], _format(both[0])) if _format(both[0])
+                     else self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16)))
+            pair = torch.stack([both[0].view(-1, panel), both[1].view(-1, panel)], 1).reshape(-1)
+            pair.__dict__[_FORMAT] = _format(both[0])
+            kept = (key, pair)
             first.__dict__["_specviz_pair"] = kept
         return kept[1]
 
     def _packing_key(self, weight: torch.Tensor) -> tuple:
-        """The build's panel layout, and what would change if the weight did."""
+        """The build's panel layout and the GGUF formats read, and what would change if the weight did."""
         bf16 = weight.dtype == torch.bfloat16
         if bf16 not in self._layouts:  # the build's, fixed for the process: asked of C once per dtype
             self._layouts[bf16] = self.lib.specviz_panel_layout(int(bf16))
-        return self._layouts[bf16], (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype)
+        return ((self._layouts[bf16], self._quantized),
+                (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype))
+
+    def _pack_quantized(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """``weight``'s GGUF blocks in quantized panels, or ``None`` where it has none, this build does not read
+        their format, or they do not widen, bit for bit, to the panels :meth:`_pack` makes of the weight itself
+        (a weight changed since it was loaded; a conversion this build rounds otherwise): checked here once per
+        weight, because the products' bits rest on it."""
+        blocks = gguf_blocks.blocks_of(weight)
+        if blocks is None or not (self._quantized >> blocks.format) & 1 or weight.dtype != self.dtype:
+            return None
+        n, k = weight.shape
+        size = self.lib.specviz_quantized_bytes(n, k, blocks.format)
+        if not size:
+            return None
+        source = np.ascontiguousarray(blocks.blocks)
+        out = torch.empty(size, dtype=torch.uint8)
+        _checked(self.lib.specviz_pack_quantized(source.ctypes.data, blocks.format, n, k, out.data_ptr()),
+                 "pack_quantized")
+        bf16 = int(weight.dtype == torch.bfloat16)
+        widened = torch.empty(self.lib.specviz_packed_elems(n, k, bf16), dtype=weight.dtype)
+        _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), blocks.format, n, k, bf16, widened.data_ptr()),
+                 "unpack_quantized")
+        bits = torch.int16 if bf16 else torch.int32
+        if not torch.equal(widened.view(bits), self._pack(weight).view(bits)):
+            _log.warning("specviz: a %s×%s weight's GGUF blocks do not widen to the weight the model holds (changed "
+                         "since loading?); its products read plain panels", n, k)
+            gguf_blocks.mark_read(weight, False)
+            return None
+        out.__dict__[_FORMAT] = blocks.format
+        gguf_blocks.mark_read(weight, True)
+        return out
 
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         rows = weight.detach().contiguous()
@@ -399,7 +475,7 @@ class NativeStep:
         tensors its memo holds (``_weight_pointers``)."""
         return TrustedRun(self, run)
 
-    def _weight_pointers(self, layer: nn.Module, index: int, trusted: bool = False) -> tuple[int, ...]:
+    def _weight_pointers(self, layer: nn.Module, index: int, trusted: bool = False) -> CheckedLayer:
         """The packed products' and the norms' addresses for one layer, its weights checked against the model's
         shapes whenever they change (q ``[heads·head_dim, d]``, k and v ``[kv_heads·head_dim, d]``, o ``[d,
         heads·head_dim]``, gate and up ``[inter, d]``, down ``[d, inter]``, the norms ``[d]``; the step's dtype,
@@ -413,14 +489,15 @@ class NativeStep:
         to the weights meanwhile."""
         found: CheckedLayer | None = layer.__dict__.get("_specviz_weights")
         if trusted and found is not None and self._run is not None and found.run is self._run:
-            return found.addresses
+            return found
         try:
             weights = _weights(layer)  # looked up every call: a replaced module is seen
         except (KeyError, AttributeError) as missing:
             raise ValueError(f"layer {index} is no Llama layer the native step computes (it lacks {missing})") from None
         key = _key(weights)  # every weight's pointer, shape, dtype and layout: a weight changed under the
-        last = weights[6] if weights[6] is not None else weights[3]
-        now = None if key is None else (key, _version(weights[0]), _version(last))  # layer is checked again
+        last = weights[6] if weights[6] is not None else weights[3]  # layer, or a step that reads other panel
+        # formats, checks it again
+        now = None if key is None else (key, _version(weights[0]), _version(last), self._quantized)
         run = self._run if trusted else None
         if (found is None or now is None or now != found.key
                 or any(new is not old for new, old in zip(weights, found.weights))):
@@ -434,15 +511,16 @@ class NativeStep:
             gate_up, down = (self.packed_pair(weights[4], weights[5]), self.packed(weights[6])) if mlp else (None, None)
             # None reaches C as NULL: an attention-only block's MLP and second norm
             addresses = tuple(None if t is None else t.data_ptr() for t in (q, k, v, o, gate_up, down, *weights[7:]))
+            formats = sum(_format(t) << 4 * i for i, t in enumerate((q, k, v, o, gate_up, down)) if t is not None)
             # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
             # frees nothing a trusted call still reads
             held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:] if w is not None))
-            found = CheckedLayer(weights, now, addresses, run, held)
+            found = CheckedLayer(weights, now, addresses, formats, run, held)
             layer.__dict__["_specviz_weights"] = found
         elif found.run is not run:
             found = found._replace(run=run)
             layer.__dict__["_specviz_weights"] = found
-        return found.addresses
+        return found
 
     def runs(self, hidden: torch.Tensor, cache) -> bool:
         """Whether a forward of ``hidden`` with ``cache`` runs here."""
@@ -499,10 +577,11 @@ class NativeStep:
         wanted = (1, self.kv_heads, length, self.head_dim)
         require("the memory's keys", keys, self.dtype, wanted)
         require("the memory's values", values, self.dtype, wanted)
-        addresses = self._weight_pointers(layer, 0, trusted=True)
-        if addresses[1] is not None:
+        checked = self._weight_pointers(layer, 0, trusted=True)
+        if checked.addresses[1] is not None:
             raise ValueError("attend_memory's layer must be a cross-attention layer (no k_proj, no v_proj)")
-        pointers = (LayerPointers * 1)(LayerPointers(*addresses, keys.data_ptr(), values.data_ptr()))
+        pointers = (LayerPointers * 1)(LayerPointers(*checked.addresses, keys.data_ptr(), values.data_ptr(),
+                                                     checked.formats))
         shape = self.shape(length)
         positions = torch.zeros(n, dtype=torch.int64)  # read by no rotation: a cross layer's q is not rotated
         out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
@@ -540,9 +619,10 @@ class NativeStep:
         pointers = (LayerPointers * len(layers))()
         memos = []
         for slot, (layer, index, i) in enumerate(zip(layers, indices, slots)):
-            addresses = self._weight_pointers(layer, index, trusted)
-            memos.append(layer.__dict__.get("_specviz_weights"))
-            pointers[slot] = LayerPointers(*addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr())
+            checked = self._weight_pointers(layer, index, trusted)
+            memos.append(checked)
+            pointers[slot] = LayerPointers(*checked.addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr(),
+                                           checked.formats)
         tensors = tuple(t for i in slots for t in (cache.keys[i], cache.values[i]))
         held = (tuple(memos), tuple(t.untyped_storage() for t in tensors))
         call = PreparedCall(self._run if trusted else None, tuple(layers), tensors, cache.capacity, indices, slots,
@@ -567,8 +647,8 @@ class NativeStep:
                 self._checked_heads.add(key)
             packed = self.packed(head)
             # in a trusted run, kept for its next steps with what the addresses point into (as for layers)
-            found = PreparedHead(self._run, weight, head, weight.data_ptr(), packed.data_ptr(), head.shape[0],
-                                 (weight.untyped_storage(), packed))
+            found = PreparedHead(self._run, weight, head, weight.data_ptr(), packed.data_ptr(), _format(packed),
+                                 head.shape[0], (weight.untyped_storage(), packed))
             if self._run is not None:
                 if len(self._prepared_heads) >= 16 or any(kept.run is not self._run
                                                           for kept in self._prepared_heads.values()):
@@ -580,7 +660,7 @@ class NativeStep:
         shape = self._head_shape
         work = self._work_for(shape, n, threads)
         _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, found.norm_address,
-                                       found.head_address, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
+                                       found.head_address, found.head_format, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
@@ -607,8 +687,9 @@ class NativeStep:
             return torch.empty(*x.shape[:-1], out_features, dtype=torch.float32)
         bias = bias.contiguous() if bias is not None else None  # the weight reaches C packed (contiguous)
         out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
-        _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], in_features, self.packed(weight).data_ptr(),
-                                         out_features, bias.data_ptr() if bias is not None else None,
+        packed = self.packed(weight)
+        _checked(self.lib.specviz_linear(rows.data_ptr(), rows.shape[0], in_features, packed.data_ptr(),
+                                         _format(packed), out_features, bias.data_ptr() if bias is not None else None,
                                          int(self.dtype == torch.bfloat16), out.data_ptr(),
                                          torch.get_num_threads()), "linear")
         return out.view(*x.shape[:-1], out_features)
