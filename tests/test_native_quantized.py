@@ -153,3 +153,19 @@ def test_the_boundary_refuses_a_format_it_cannot_read():
     assert lib.specviz_pack_quantized(raw.ctypes.data, 7, 4, 64, out.data_ptr()) == -8
     with pytest.raises(ValueError, match="format this build cannot read"):
         native_step._checked(-8, "layers")
+
+
+def test_a_linear_map_on_blocks_widens_panels_for_many_rows_and_keeps_the_bits():
+    """``NativeStep.linear`` on a weight that keeps blocks (a drafter's map on the target's weights): 1–20 rows,
+    through the widening tile and, past its rows, through a panel widened once into scratch, equal bit for bit
+    to the same map on plain panels."""
+    model = quantized_model(seed=2)
+    native = Engine(model).target.native
+    if not native._quantized:
+        pytest.skip("this build widens no GGUF blocks")
+    weight = model.model.layers[0].mlp.up_proj.weight
+    plain_weight = weight.detach().clone()  # the same values, no blocks
+    x = torch.randn(20, weight.shape[1]).to(torch.bfloat16)
+    for rows in (1, 5, 12, 13, 20):
+        assert torch.equal(native.linear(x[:rows], weight), native.linear(x[:rows], plain_weight)), rows
+    assert native_step._format(native.packed(weight)) == gguf_blocks.FORMATS["Q4_1"]

@@ -98,6 +98,8 @@ typedef struct {
      * of which every row reads the call's first `prefix` entries; q is not rotated and nothing is written. */
     int formats; /* each product weight's format, 4 bits each from the lowest: q, k, v, o, gate_up, down
                   * (PLAIN: specviz_pack's panels; Q4_1, Q8_0: specviz_pack_quantized's) */
+    const void *plain[6]; /* where a weight is quantized, its plain panels too (or NULL): products of more than
+                           * BLOCK_ROWS rows read those (chosen_layer) */
 } Layer;
 
 typedef struct {
@@ -1671,6 +1673,28 @@ static inline int64_t unit_head(const Shape *s, int64_t u) {
     return u < s->heads ? u : u < s->heads + s->kv_heads ? u - s->heads : u - s->heads - s->kv_heads;
 }
 
+/* Rows up to which a product reads a weight's quantized panels where it also has plain ones. Why: widening
+ * costs each panel about as much as five rows' dot products, which a step of one row hides behind reading a
+ * third of the bytes, but many rows pay in full; on a 2-core Zen 4 (bf16, in-process A/B, scripts/blocks_ab.py)
+ * the blocks took 0.67 of the plain panels' time at 1 row, 0.94 at 8, 1.07 at 12 and 1.09 at 16. Both give the
+ * same bits, so the choice is free. */
+#ifndef BLOCK_ROWS
+#define BLOCK_ROWS 10
+#endif
+
+/* The layer as a call of M rows reads it: past BLOCK_ROWS, plain panels wherever it has them. */
+static Layer chosen_layer(const Layer *ly, int64_t M) {
+    Layer chosen = *ly;
+    if (M <= BLOCK_ROWS) return chosen;
+    const void **weights[6] = {&chosen.q, &chosen.k, &chosen.v, &chosen.o, &chosen.gate_up, &chosen.down};
+    for (int i = 0; i < 6; i++)
+        if (ly->plain[i] && format_of(ly, i)) {
+            *weights[i] = ly->plain[i];
+            chosen.formats &= ~(15 << 4 * i);
+        }
+    return chosen;
+}
+
 /* Layers in sequence on M rows of hidden states (in place, the model's dtype, [M, d]).
  * positions [M]; prefix: cache entries before these rows (the same for every layer given; a cross layer's memory
  * length); allowed: [M, prefix + M] bytes (1: row m may see cache entry j), or NULL for a causal chunk. */
@@ -1712,7 +1736,13 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     const int64_t rows_per_task = M < GROUP_QUERIES ? M : GROUP_QUERIES, tasks_per_head = (M + rows_per_task - 1) / rows_per_task;
     Barrier barrier = {0, 0};
     int64_t (*tickets)[5] = calloc((size_t)n_layers + 1, sizeof *tickets); /* each stage's next piece */
-    if (!tickets) return SPECVIZ_NO_MEMORY;
+    Layer *chosen = malloc(sizeof(Layer) * (size_t)(n_layers ? n_layers : 1));
+    if (!tickets || !chosen) {
+        free(tickets);
+        free(chosen);
+        return SPECVIZ_NO_MEMORY;
+    }
+    for (int li = 0; li < n_layers; li++) chosen[li] = chosen_layer(&layers[li], M);
     for (int64_t i = 0; i < M * d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
 
 #pragma omp parallel num_threads(threads)
@@ -1728,7 +1758,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         scratch.scores = scratch.block + KEY_BLOCK * hd;
         scratch.out = scratch.scores + GROUP_QUERIES * s->capacity;
         for (int li = 0; li < n_layers; li++) {
-            const Layer *ly = &layers[li];
+            const Layer *ly = &chosen[li];
             const int cross = ly->k == NULL;
             /* q ‖ k ‖ v in heads (a thread takes whole heads); a cross layer's q alone */
             const int64_t units = cross ? s->heads : s->heads + 2 * s->kv_heads;
@@ -1833,19 +1863,24 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         }
     }
     free(tickets);
+    free(chosen);
     for (int64_t i = 0; i < M * d; i++) store_hidden(hidden, bf16, i, w.residual[i]);
     return SPECVIZ_OK;
 }
 
 /* Final norm and LM head: logits [M, vocab] fp32 from hidden [M, d] in the model's dtype. */
 int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm, const void *head, int head_format,
-                 int64_t vocab, float *logits, float *work_base, int threads) {
+                 const void *head_plain, int64_t vocab, float *logits, float *work_base, int threads) {
     int bad = check_shape(s);
     if (bad) return bad;
     if (M < 1) return SPECVIZ_BAD_ROWS;
     if ((bad = check_threads(threads))) return bad;
     if (!hidden || !norm || !head || !logits || !work_base || vocab < 1) return SPECVIZ_BAD_POINTER;
     if (head_format && !quantized_shape_ok(s->d, head_format)) return SPECVIZ_BAD_FORMAT;
+    if (head_format && head_plain && M > BLOCK_ROWS) { /* as chosen_layer chooses */
+        head = head_plain;
+        head_format = PLAIN;
+    }
     const int bf16 = s->bf16;
     Work w;
     layout(s, M, threads, work_base, &w);

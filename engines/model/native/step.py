@@ -54,7 +54,8 @@ class Shape(ctypes.Structure):
 
 class LayerPointers(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "o", "gate_up", "down", "norm1", "norm2", "keys", "values")] + [("formats", ctypes.c_int)]
+                ("q", "k", "v", "o", "gate_up", "down", "norm1", "norm2", "keys", "values")] + [
+        ("formats", ctypes.c_int), ("plain", ctypes.c_void_p * 6)]
 
 
 def _library():
@@ -69,8 +70,8 @@ def _library():
                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.specviz_layers.restype = ctypes.c_int
         lib.specviz_head.argtypes = [ctypes.POINTER(Shape), ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int]
+                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                     ctypes.c_void_p, ctypes.c_int]
         lib.specviz_head.restype = ctypes.c_int
         lib.specviz_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
                                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
@@ -163,8 +164,15 @@ def build_description() -> str:
 _FORMAT = "_specviz_format"  # kept on a packed tensor: step.c's format code of its panels (absent: plain)
 
 
+_PLAIN = "_specviz_plain"  # kept on a quantized packed tensor: the same weight's plain panels
+
+
 def _format(packed: torch.Tensor) -> int:
     return packed.__dict__.get(_FORMAT, 0)
+
+
+def _plain(packed: torch.Tensor) -> torch.Tensor | None:
+    return packed.__dict__.get(_PLAIN)
 
 
 class CacheError(ValueError, RuntimeError):
@@ -279,6 +287,7 @@ class CheckedLayer(NamedTuple):
     key: tuple | None  # their pointers, shapes, dtypes and layouts, and two versions: a change means check again
     addresses: tuple[int, ...]  # what reaches C: the packed products' and the norms' addresses
     formats: int  # step.c's Layer.formats: each product weight's panel format, 4 bits each
+    plain: tuple  # step.c's Layer.plain: a quantized weight's plain panels' address (else None), in q…down order
     run: object | None  # the run that checked it (NativeStep.trusted_during), None outside one
     held: tuple  # what the addresses point into, kept alive while they may be reused
 
@@ -308,6 +317,7 @@ class PreparedHead(NamedTuple):
     norm_address: int
     head_address: int  # the packed head's
     head_format: int  # its panels' format (0 plain, else GGUF blocks)
+    head_plain: int | None  # a quantized head's plain panels' address, for many rows
     vocab: int
     held: tuple  # what the addresses point into: the norm's storage and the packed head
 
@@ -414,6 +424,10 @@ class NativeStep:
                      else self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16)))
             pair = torch.stack([both[0].view(-1, panel), both[1].view(-1, panel)], 1).reshape(-1)
             pair.__dict__[_FORMAT] = _format(both[0])
+            if _format(pair):
+                plain_panel = self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16))
+                pair.__dict__[_PLAIN] = torch.stack([_plain(both[0]).view(-1, plain_panel),
+                                                     _plain(both[1]).view(-1, plain_panel)], 1).reshape(-1)
             kept = (key, pair)
             first.__dict__["_specviz_pair"] = kept
         return kept[1]
@@ -446,13 +460,14 @@ class NativeStep:
         widened = torch.empty(self.lib.specviz_packed_elems(n, k, bf16), dtype=weight.dtype)
         _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), blocks.format, n, k, bf16, widened.data_ptr()),
                  "unpack_quantized")
-        bits = torch.int16 if bf16 else torch.int32
-        if not torch.equal(widened.view(bits), self._pack(weight).view(bits)):
+        bits, plain = torch.int16 if bf16 else torch.int32, self._pack(weight)
+        if not torch.equal(widened.view(bits), plain.view(bits)):
             _log.warning("specviz: a %s×%s weight's GGUF blocks do not widen to the weight the model holds (changed "
                          "since loading?); its products read plain panels", n, k)
             gguf_blocks.mark_read(weight, False)
             return None
         out.__dict__[_FORMAT] = blocks.format
+        out.__dict__[_PLAIN] = plain  # step.c reads these past BLOCK_ROWS rows, where widening costs more
         gguf_blocks.mark_read(weight, True)
         return out
 
@@ -511,11 +526,13 @@ class NativeStep:
             gate_up, down = (self.packed_pair(weights[4], weights[5]), self.packed(weights[6])) if mlp else (None, None)
             # None reaches C as NULL: an attention-only block's MLP and second norm
             addresses = tuple(None if t is None else t.data_ptr() for t in (q, k, v, o, gate_up, down, *weights[7:]))
-            formats = sum(_format(t) << 4 * i for i, t in enumerate((q, k, v, o, gate_up, down)) if t is not None)
+            products = (q, k, v, o, gate_up, down)
+            formats = sum(_format(t) << 4 * i for i, t in enumerate(products) if t is not None)
+            plain = tuple(None if t is None or _plain(t) is None else _plain(t).data_ptr() for t in products)
             # what the addresses point into, held here: a weight repacked or a norm's .data swapped meanwhile
             # frees nothing a trusted call still reads
             held = (q, k, v, o, gate_up, down, *(w.untyped_storage() for w in weights[7:] if w is not None))
-            found = CheckedLayer(weights, now, addresses, formats, run, held)
+            found = CheckedLayer(weights, now, addresses, formats, plain, run, held)
             layer.__dict__["_specviz_weights"] = found
         elif found.run is not run:
             found = found._replace(run=run)
@@ -581,7 +598,7 @@ class NativeStep:
         if checked.addresses[1] is not None:
             raise ValueError("attend_memory's layer must be a cross-attention layer (no k_proj, no v_proj)")
         pointers = (LayerPointers * 1)(LayerPointers(*checked.addresses, keys.data_ptr(), values.data_ptr(),
-                                                     checked.formats))
+                                                     checked.formats, (ctypes.c_void_p * 6)(*checked.plain)))
         shape = self.shape(length)
         positions = torch.zeros(n, dtype=torch.int64)  # read by no rotation: a cross layer's q is not rotated
         out = hidden.reshape(n, self.d).clone(memory_format=torch.contiguous_format)
@@ -622,7 +639,7 @@ class NativeStep:
             checked = self._weight_pointers(layer, index, trusted)
             memos.append(checked)
             pointers[slot] = LayerPointers(*checked.addresses, cache.keys[i].data_ptr(), cache.values[i].data_ptr(),
-                                           checked.formats)
+                                           checked.formats, (ctypes.c_void_p * 6)(*checked.plain))
         tensors = tuple(t for i in slots for t in (cache.keys[i], cache.values[i]))
         held = (tuple(memos), tuple(t.untyped_storage() for t in tensors))
         call = PreparedCall(self._run if trusted else None, tuple(layers), tensors, cache.capacity, indices, slots,
@@ -647,8 +664,10 @@ class NativeStep:
                 self._checked_heads.add(key)
             packed = self.packed(head)
             # in a trusted run, kept for its next steps with what the addresses point into (as for layers)
+            twin = _plain(packed)
             found = PreparedHead(self._run, weight, head, weight.data_ptr(), packed.data_ptr(), _format(packed),
-                                 head.shape[0], (weight.untyped_storage(), packed))
+                                 None if twin is None else twin.data_ptr(), head.shape[0],
+                                 (weight.untyped_storage(), packed))
             if self._run is not None:
                 if len(self._prepared_heads) >= 16 or any(kept.run is not self._run
                                                           for kept in self._prepared_heads.values()):
@@ -660,7 +679,7 @@ class NativeStep:
         shape = self._head_shape
         work = self._work_for(shape, n, threads)
         _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, found.norm_address,
-                                       found.head_address, found.head_format, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
+                                       found.head_address, found.head_format, found.head_plain, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
