@@ -35,11 +35,11 @@ def random_blocks(rows: int, cols: int, kind: str, rng: np.random.Generator) -> 
     return np.ascontiguousarray(raw.reshape(rows, -1))
 
 
-def quantized_model(seed: int = 0) -> torch.nn.Module:
-    """``odd_llama`` in bf16 with every product weight whose in-dimension is a multiple of 32 made from random
+def quantized_model(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """``odd_llama`` (bf16 unless told) with every product weight whose in-dimension is a multiple of 32 made from random
     Q4_1 blocks (the head from Q8_0 ones) and keeping them, as the default model's weights keep the GGUF's: q, k,
     v, o, gate and up read blocks, down (200 wide) plain panels, in one layer."""
-    model = odd_llama(torch.bfloat16)
+    model = odd_llama(dtype)
     rng = np.random.default_rng(seed)
     weights = [module.weight for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and module.weight.shape[1] % 32 == 0]
@@ -49,7 +49,7 @@ def quantized_model(seed: int = 0) -> torch.nn.Module:
             kind = "Q8_0" if weight is model.lm_head.weight else "Q4_1"
             raw = random_blocks(*weight.shape, kind, rng)
             values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind])
-            weight.copy_(torch.from_numpy(values))  # rounded to bf16 once, as loading the default model does
+            weight.copy_(torch.from_numpy(values))  # in bf16 rounded once, as loading the default model does
             weight.__dict__[gguf_blocks.ATTRIBUTE] = gguf_blocks.GGUFBlocks(gguf_blocks.FORMATS[kind], raw)
     return model
 
@@ -69,15 +69,17 @@ def logits_for_every_row_count(stack, prefix: list[int], tokens: list[int]) -> l
         return out
 
 
-def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_bf16_panels(monkeypatch):
-    """Rows 1–20: one widening tile (up to 12 rows) and a panel widened once for several plain tiles; each row
-    count's logits equal those of the same model on plain panels, and of one-row steps on one thread."""
-    model = quantized_model()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_plain_panels(monkeypatch, dtype):
+    """Rows 1–20: the widening tile, and past BLOCK_ROWS the plain panels kept beside the blocks; each row
+    count's logits equal those of the same model on plain panels, and of one-row steps on one thread. (fp32
+    reads blocks in the AVX2 build only: `SPECVIZ_NATIVE_ISA=avx2`.)"""
+    model = quantized_model(dtype=dtype)
     quantized = Engine(model).target
     if not reads_blocks(quantized):
-        pytest.skip("this build widens no GGUF blocks (no AVX-512 BF16): every weight reads plain panels")
+        pytest.skip(f"this build widens no GGUF blocks for {dtype}: every weight reads plain panels")
     monkeypatch.setenv(native_step.QUANTIZED_VARIABLE, "0")
-    plain = Engine(quantized_model()).target  # the same weights (a model's layers serve one native step)
+    plain = Engine(quantized_model(dtype=dtype)).target  # the same weights (a model's layers serve one step)
     assert not reads_blocks(plain)
     prefix, tokens = list(range(3, 12)), [(13 * i + 7) % 200 for i in range(20)]
     read, reference = logits_for_every_row_count(quantized, prefix, tokens), logits_for_every_row_count(plain, prefix, tokens)

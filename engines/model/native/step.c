@@ -32,6 +32,9 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define SPECVIZ_DPBF16 1
 #endif
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
+#define SPECVIZ_QUANTIZED_AVX2 1 /* the AVX2 build (16-output panels): quantized panels widened 8 lanes at a time */
+#endif
 
 /* ---- the register tile of each instruction set -------------------------------------------------------
  * VL: fp32 lanes of one vector register. A product's tile is RM input rows × RN vectors of outputs (a panel of
@@ -378,8 +381,11 @@ static inline int64_t stored_panel_bytes(int64_t K, int fmt, int bf16) {
 /* The formats this build widens with vector instructions for a model of this dtype (bit f: format f): where it
  * has none, step.py keeps plain panels. The others still widen correctly, one weight at a time. */
 int specviz_quantized_formats(int bf16) {
-#ifdef SPECVIZ_DPBF16
+#if defined(SPECVIZ_DPBF16)
     return bf16 ? (1 << Q4_1) | (1 << Q8_0) : 0;
+#elif defined(SPECVIZ_QUANTIZED_AVX2)
+    (void)bf16; /* both dtypes: fp32 takes the widened weight as it is, bf16 rounds it first */
+    return (1 << Q4_1) | (1 << Q8_0);
 #else
     (void)bf16;
     return 0;
@@ -421,8 +427,24 @@ static inline void gguf_weight(const uint8_t *row, int fmt, int64_t k, uint16_t 
     }
 }
 
-/* Where value v of chunk c of a group's block sits: pair i of the block, half h (0: outputs 0-7, 1: 8-15). */
-static inline int chunk_pair(int fmt, int c, int v) { return fmt == Q4_1 ? 4 * c + v / 2 : 2 * c + v / 2; }
+/* Which output of its group (o) and which k of its block value v of lane l of chunk c holds. With AVX-512 BF16
+ * (pairs): lanes in the order a bf16 panel stores a pair's outputs, as above. Elsewhere (the AVX2 build's 16-output
+ * panels of fp32 lanes): lane l is output l, and value v of chunk c is k = 8c + v (Q4_1) or 4c + v (Q8_0), so a
+ * chunk's two 8-lane halves widen to outputs 0-7 and 8-15 at one k, the plain panel's two vectors there. */
+#ifdef SPECVIZ_DPBF16
+#define QPAIRS 1
+#else
+#define QPAIRS 0
+#endif
+static inline void chunk_place(int fmt, int c, int l, int v, int *o, int *k) {
+    if (QPAIRS) {
+        *o = 8 * (v % 2) + l / 2;
+        *k = 2 * (fmt == Q4_1 ? 4 * c + v / 2 : 2 * c + v / 2) + l % 2;
+    } else {
+        *o = l;
+        *k = (fmt == Q4_1 ? 8 : 4) * c + v;
+    }
+}
 
 /* Pack GGUF blocks [N rows][K / 32 blocks] (rows in the model's order) into quantized panels; rows past N are
  * zeros (d = m = 0: weights 0, as specviz_pack pads). */
@@ -449,8 +471,9 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
                     for (int l = 0; l < 16; l++) {
                         uint32_t lane = 0;
                         for (int v = 0; v < values; v++) {
-                            const int64_t n = p * P + g * QGROUP + 8 * (v % 2) + l / 2;
-                            const int64_t k = b * QBLOCK + 2 * chunk_pair(fmt, c, v) + l % 2;
+                            int o, kb;
+                            chunk_place(fmt, c, l, v, &o, &kb);
+                            const int64_t n = p * P + g * QGROUP + o, k = b * QBLOCK + kb;
                             uint16_t d, m;
                             int q = 0;
                             if (n < N) gguf_weight(blocks + n * row_bytes, fmt, k, &d, &m, &q);
@@ -474,7 +497,8 @@ static void unpack_panel_scalar(const uint8_t *panel, int fmt, int64_t K, int bf
                     uint32_t lane;
                     memcpy(&lane, block + 64 + 64 * c + 4 * l, 4);
                     for (int v = 0; v < values; v++) {
-                        const int o = 8 * (v % 2) + l / 2;
+                        int o, kb;
+                        chunk_place(fmt, c, l, v, &o, &kb);
                         uint16_t dh, mh = 0;
                         memcpy(&dh, block + 2 * o, 2);
                         float w;
@@ -484,7 +508,7 @@ static void unpack_panel_scalar(const uint8_t *panel, int fmt, int64_t K, int bf
                         } else {
                             w = half_to_f32(dh) * (float)((int)(lane >> 8 * v & 255) - 128);
                         }
-                        const int64_t n = g * QGROUP + o, k = b * QBLOCK + 2 * chunk_pair(fmt, c, v) + l % 2;
+                        const int64_t n = g * QGROUP + o, k = b * QBLOCK + kb;
                         const int64_t at = PAIRS(bf16) ? (k / 2 * P + n) * 2 + k % 2 : k * P + n;
                         if (bf16) ((uint16_t *)out)[at] = f32_to_bf16(w);
                         else ((float *)out)[at] = w;
@@ -556,6 +580,113 @@ UNROLL
 }
 #endif
 
+#ifdef SPECVIZ_QUANTIZED_AVX2
+/* The AVX2 build's widening (16-output panels, fp32 lanes): a group block's scales for outputs 0-7 and 8-15, then
+ * value v of a chunk half as the weight, exactly as the AVX-512 widening makes it; for a bf16 model rounded to
+ * bf16 by the integer form of round-to-nearest-even (f32_to_bf16's), kept in fp32 lanes as the bf16 panel's
+ * widened load gives them. */
+typedef struct {
+    __m256 mul[2], add[2];
+} GroupScales8;
+
+static inline GroupScales8 group_scales8(const uint8_t *block, int fmt) {
+    GroupScales8 s;
+    for (int h = 0; h < 2; h++) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 16 * h)));
+        s.mul[h] = _mm256_mul_ps(d, _mm256_set1_ps(fmt == Q4_1 ? 16.0f : 256.0f)); /* exact */
+        s.add[h] = fmt == Q4_1 ? _mm256_fnmadd_ps(d, _mm256_set1_ps(16.0f),
+                                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h))))
+                               : _mm256_mul_ps(d, _mm256_set1_ps(-384.0f));
+    }
+    return s;
+}
+
+static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt, int v, int h, const GroupScales8 *s,
+                                                           int bf16) {
+    const int bits = fmt == Q4_1 ? 4 : 8, shift = 23 - bits - bits * v;
+    const __m256i placed = shift >= 0 ? _mm256_slli_epi32(half, shift) : _mm256_srli_epi32(half, -shift);
+    const __m256i mask = _mm256_set1_epi32((int)(((1u << bits) - 1) << (23 - bits)));
+    const __m256 f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(placed, mask), _mm256_set1_epi32(0x3f800000)));
+    const __m256 w = _mm256_fmadd_ps(f, s->mul[h], s->add[h]);
+    if (!bf16) return w;
+    /* shifts where masks would be: two constants fewer, so the 16 registers hold the tile without a spill */
+    const __m256i x = _mm256_castps_si256(w), odd = _mm256_srli_epi32(_mm256_slli_epi32(x, 15), 31);
+    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(rounded, 16), 16));
+}
+
+/* A whole panel widened into a plain panel ([k][16], fp32 or bf16), for products of many rows. */
+static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
+    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    for (int g = 0; g < P / QGROUP; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block = panel + (g * blocks + b) * record;
+            if (next)
+                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const GroupScales8 s = group_scales8(block, fmt);
+            for (int c = 0; c < chunks; c++) {
+                const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c));
+                const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + 96 + 64 * c));
+                for (int v = 0; v < values; v++) {
+                    const int64_t k = b * QBLOCK + (fmt == Q4_1 ? 8 : 4) * c + v, at = k * P + g * QGROUP;
+                    const __m256 w0 = widen8(lo, fmt, v, 0, &s, bf16), w1 = widen8(hi, fmt, v, 1, &s, bf16);
+                    if (!bf16) {
+                        _mm256_storeu_ps((float *)out + at, w0);
+                        _mm256_storeu_ps((float *)out + at + 8, w1);
+                    } else { /* the high halves, outputs in order (packus interleaves 128-bit lanes: undone) */
+                        const __m256i words = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(w0), 16),
+                                                                  _mm256_srli_epi32(_mm256_castps_si256(w1), 16));
+                        _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm256_permute4x64_epi64(words, 0xd8));
+                    }
+                }
+            }
+        }
+}
+
+/* RMC rows against one quantized panel, widened in registers (the AVX2 build's tile_quantized): each k's two
+ * vectors of weights are what the plain tile would load, and each row's step is its multiply-add. */
+#define QRM8 1
+static inline __attribute__((always_inline)) void tile_quantized8(const uint8_t *panel, const int fmt, int64_t K,
+                                                                  const float *x, int64_t ld, const int RMC,
+                                                                  const int bf16, float *out, int64_t ostride,
+                                                                  const char *next) {
+    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    for (int g = 0; g < P / QGROUP; g++) {
+        __m256 acc[QRM8][2];
+UNROLL
+        for (int r = 0; r < RMC; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block = panel + (g * blocks + b) * record;
+            if (next)
+                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const GroupScales8 s = group_scales8(block, fmt);
+            for (int c = 0; c < chunks; c++) {
+                const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c));
+                const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + 96 + 64 * c));
+UNROLL
+                for (int v = 0; v < values; v++) {
+                    const float *xk = x + (b * QBLOCK + (fmt == Q4_1 ? 8 : 4) * c + v) * ld;
+                    const __m256 w0 = widen8(lo, fmt, v, 0, &s, bf16), w1 = widen8(hi, fmt, v, 1, &s, bf16);
+UNROLL
+                    for (int r = 0; r < RMC; r++) {
+                        const __m256 xb = _mm256_broadcast_ss(xk + r);
+                        acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
+                    }
+                }
+            }
+        }
+UNROLL
+        for (int r = 0; r < RMC; r++) {
+            _mm256_storeu_ps(out + r * ostride + g * QGROUP, acc[r][0]);
+            _mm256_storeu_ps(out + r * ostride + g * QGROUP + 8, acc[r][1]);
+        }
+    }
+}
+#endif
+
 /* One stored quantized panel widened into out (a plain panel of the model's dtype). */
 static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
 #ifdef SPECVIZ_DPBF16
@@ -563,6 +694,10 @@ static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf
         unpack_panel_bf16(panel, fmt, K, (uint16_t *)out, next);
         return;
     }
+#endif
+#ifdef SPECVIZ_QUANTIZED_AVX2
+    unpack_panel_avx2(panel, fmt, K, bf16, out, next);
+    return;
 #endif
     (void)next;
     unpack_panel_scalar(panel, fmt, K, bf16, out);
@@ -804,6 +939,17 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
 #undef QUANTIZED_CASE
         default: break;
         }
+    }
+#endif
+#ifdef SPECVIZ_QUANTIZED_AVX2
+    if (M <= QRM8) {
+        const uint8_t *panel = (const uint8_t *)stored;
+#define QUANTIZED8_CASE(rows, format, is_bf16) \
+    tile_quantized8(panel, format, K, in->f, in->ld, rows, is_bf16, out, ostride, next)
+        if (fmt == Q4_1) bf16 ? QUANTIZED8_CASE(1, Q4_1, 1) : QUANTIZED8_CASE(1, Q4_1, 0);
+        else bf16 ? QUANTIZED8_CASE(1, Q8_0, 1) : QUANTIZED8_CASE(1, Q8_0, 0);
+#undef QUANTIZED8_CASE
+        return;
     }
 #endif
     unpack_panel((const uint8_t *)stored, fmt, K, bf16, unpacked, next);
