@@ -171,3 +171,27 @@ def test_a_linear_map_on_blocks_widens_panels_for_many_rows_and_keeps_the_bits()
     for rows in (1, 5, 12, 13, 20):
         assert torch.equal(native.linear(x[:rows], weight), native.linear(x[:rows], plain_weight)), rows
     assert native_step._format(native.packed(weight)) == gguf_blocks.FORMATS["Q4_1"]
+
+
+def test_a_step_counts_the_bytes_it_reads():
+    """The bytes one step reads (the ceiling's numerator): a weight read as blocks counts their bytes, before
+    packing where the step would read them and after it where the check let it; a weight whose blocks failed
+    the check counts its own."""
+    from engines.model.verify_cost import weight_bytes
+
+    model = quantized_model(seed=3)
+    stack = Engine(model).target
+    if not reads_blocks(stack):
+        pytest.skip("this build widens no GGUF blocks")
+    q = model.model.layers[0].self_attn.q_proj.weight
+    blocks = gguf_blocks.blocks_of(q).blocks.nbytes
+    assert stack.native.reads_blocks(q) and gguf_blocks.bytes_read(q, True) == blocks < q.numel() * 2
+    with torch.no_grad():
+        q[0, 0] += 0.5  # fails the check at packing
+    own = sum(p.numel() * p.element_size() for p in model.parameters())
+    logits_for_every_row_count(stack, [1, 2, 3], [4])
+    assert gguf_blocks.bytes_read(q) == q.numel() * 2  # its own bytes, whatever readable says
+    read = weight_bytes(model)
+    saved = sum(p.numel() * 2 - gguf_blocks.blocks_of(p).blocks.nbytes for p in model.parameters()
+                if gguf_blocks.blocks_of(p) is not None and p is not q)
+    assert read == own - saved

@@ -174,9 +174,12 @@ def mark_read(weight: torch.Tensor, read: bool) -> None:
     weight.__dict__[_READ] = read
 
 
-def bytes_read(weight: torch.Tensor) -> int:
-    """The bytes one decode step reads of ``weight``: its blocks' where the products read them, else its own."""
+def bytes_read(weight: torch.Tensor, readable: bool = False) -> int:
+    """The bytes one decode step reads of ``weight``: its blocks' where the products read them, else its own.
+    Before the native step has packed it (and checked its blocks), ``readable`` says whether it would read them
+    (``NativeStep.reads_blocks``)."""
     blocks = blocks_of(weight)
-    if blocks is not None and weight.__dict__.get(_READ):
+    read = weight.__dict__.get(_READ)
+    if blocks is not None and (read if read is not None else readable):
         return blocks.blocks.nbytes
     return weight.numel() * weight.element_size()

@@ -14,16 +14,19 @@ from typing import Sequence
 
 import torch
 
+from engines.model import gguf_blocks
 from engines.model.layers import LayerStack
 
 
 def weight_bytes(stack: LayerStack) -> int:
-    """Bytes of parameters one full forward reads (tied embeddings counted once, as stored)."""
-    return _bytes(stack.model)
+    """Bytes of parameters one full forward reads (tied embeddings counted once, as stored; a weight the native
+    step reads as GGUF blocks at the blocks' size)."""
+    return _bytes(stack.model, stack)
 
 
-def _bytes(module: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
+def _bytes(module: torch.nn.Module, stack: LayerStack) -> int:
+    native = stack.native
+    return sum(gguf_blocks.bytes_read(p, native is not None and native.reads_blocks(p)) for p in module.parameters())
 
 
 def self_draft_cost_ratio(stack: LayerStack, draft_layers: int) -> float:
@@ -33,8 +36,8 @@ def self_draft_cost_ratio(stack: LayerStack, draft_layers: int) -> float:
     all layers plus the same head; if a step costs its bytes, c is the ratio. The LM head of a small
     model with a large vocabulary is a big share of its weights, so c is well above k / N.
     """
-    layers = [_bytes(layer) for layer in stack.layers]
-    head = _bytes(stack.backbone.norm) + _bytes(stack.model.lm_head)
+    layers = [_bytes(layer, stack) for layer in stack.layers]
+    head = _bytes(stack.backbone.norm, stack) + _bytes(stack.model.lm_head, stack)
     return (sum(layers[:draft_layers]) + head) / (sum(layers) + head)
 
 

@@ -615,8 +615,10 @@ static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(rounded, 16), 16));
 }
 
-/* A whole panel widened into a plain panel ([k][16], fp32 or bf16), for products of many rows. */
-static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
+/* A whole panel widened into an fp32 plain panel ([k][16]; for a bf16 model its weights rounded to bf16, which
+ * the fp32 tile multiplies exactly as the bf16 tile multiplies the bf16 panel's widened loads: the same bits,
+ * with no narrowing and widening again), for products of a few rows. */
+static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16, float *out, const char *next) {
     const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
     for (int g = 0; g < P / QGROUP; g++)
@@ -630,15 +632,8 @@ static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16
                 const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + 96 + 64 * c));
                 for (int v = 0; v < values; v++) {
                     const int64_t k = b * QBLOCK + (fmt == Q4_1 ? 8 : 4) * c + v, at = k * P + g * QGROUP;
-                    const __m256 w0 = widen8(lo, fmt, v, 0, &s, bf16), w1 = widen8(hi, fmt, v, 1, &s, bf16);
-                    if (!bf16) {
-                        _mm256_storeu_ps((float *)out + at, w0);
-                        _mm256_storeu_ps((float *)out + at + 8, w1);
-                    } else { /* the high halves, outputs in order (packus interleaves 128-bit lanes: undone) */
-                        const __m256i words = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(w0), 16),
-                                                                  _mm256_srli_epi32(_mm256_castps_si256(w1), 16));
-                        _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm256_permute4x64_epi64(words, 0xd8));
-                    }
+                    _mm256_storeu_ps(out + at, widen8(lo, fmt, v, 0, &s, bf16));
+                    _mm256_storeu_ps(out + at + 8, widen8(hi, fmt, v, 1, &s, bf16));
                 }
             }
         }
@@ -694,10 +689,6 @@ static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf
         unpack_panel_bf16(panel, fmt, K, (uint16_t *)out, next);
         return;
     }
-#endif
-#ifdef SPECVIZ_QUANTIZED_AVX2
-    unpack_panel_avx2(panel, fmt, K, bf16, out, next);
-    return;
 #endif
     (void)next;
     unpack_panel_scalar(panel, fmt, K, bf16, out);
@@ -952,6 +943,11 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
         return;
     }
 #endif
+#ifdef SPECVIZ_QUANTIZED_AVX2 /* an fp32 panel either way: the fp32 tile reads a bf16 model's rounded weights */
+    unpack_panel_avx2((const uint8_t *)stored, fmt, K, bf16, (float *)unpacked, next);
+    product_panel(unpacked, 0, in, M, K, out, ostride, NULL);
+    return;
+#endif
     unpack_panel((const uint8_t *)stored, fmt, K, bf16, unpacked, next);
     product_panel(unpacked, bf16, in, M, K, out, ostride, NULL);
 }
@@ -1174,7 +1170,7 @@ static inline int64_t attention_floats(const Shape *s) {
 static inline int64_t unpacked_floats(const Shape *s) {
     int64_t K = s->d > s->inter ? s->d : s->inter, q = s->heads * s->head_dim;
     K = K > q ? K : q;
-    return (panel_elems(K, s->bf16) * (s->bf16 ? 2 : 4) / 4 + 15) / 16 * 16;
+    return (panel_elems(K, 0) + 15) / 16 * 16; /* fp32-sized: the AVX2 build widens a bf16 model's into fp32 */
 }
 
 /* The work space's parts, carved from base; returns the floats used. */
@@ -1827,11 +1823,27 @@ static inline int64_t unit_head(const Shape *s, int64_t u) {
 #ifndef BLOCK_ROWS
 #define BLOCK_ROWS 10
 #endif
+/* The AVX2 build (its own A/B, forced on the same Zen 4): fp32 0.38 of plain at 1 row, 0.60 at 4, 0.93 at 8;
+ * bf16 (rounding each weight too) 0.86 at 1 row, 1.16-1.25 at 2-8. */
+#ifndef BLOCK_ROWS_AVX2_FP32
+#define BLOCK_ROWS_AVX2_FP32 8
+#endif
+#ifndef BLOCK_ROWS_AVX2_BF16
+#define BLOCK_ROWS_AVX2_BF16 1
+#endif
+static inline int64_t block_rows(int bf16) {
+#ifdef SPECVIZ_QUANTIZED_AVX2
+    return bf16 ? BLOCK_ROWS_AVX2_BF16 : BLOCK_ROWS_AVX2_FP32;
+#else
+    (void)bf16;
+    return BLOCK_ROWS;
+#endif
+}
 
-/* The layer as a call of M rows reads it: past BLOCK_ROWS, plain panels wherever it has them. */
-static Layer chosen_layer(const Layer *ly, int64_t M) {
+/* The layer as a call of M rows reads it: past block_rows, plain panels wherever it has them. */
+static Layer chosen_layer(const Layer *ly, int64_t M, int bf16) {
     Layer chosen = *ly;
-    if (M <= BLOCK_ROWS) return chosen;
+    if (M <= block_rows(bf16)) return chosen;
     const void **weights[6] = {&chosen.q, &chosen.k, &chosen.v, &chosen.o, &chosen.gate_up, &chosen.down};
     for (int i = 0; i < 6; i++)
         if (ly->plain[i] && format_of(ly, i)) {
@@ -1888,7 +1900,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         free(chosen);
         return SPECVIZ_NO_MEMORY;
     }
-    for (int li = 0; li < n_layers; li++) chosen[li] = chosen_layer(&layers[li], M);
+    for (int li = 0; li < n_layers; li++) chosen[li] = chosen_layer(&layers[li], M, s->bf16);
     for (int64_t i = 0; i < M * d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
 
 #pragma omp parallel num_threads(threads)
@@ -2023,7 +2035,7 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     if ((bad = check_threads(threads))) return bad;
     if (!hidden || !norm || !head || !logits || !work_base || vocab < 1) return SPECVIZ_BAD_POINTER;
     if (head_format && !quantized_shape_ok(s->d, head_format)) return SPECVIZ_BAD_FORMAT;
-    if (head_format && head_plain && M > BLOCK_ROWS) { /* as chosen_layer chooses */
+    if (head_format && head_plain && M > block_rows(s->bf16)) { /* as chosen_layer chooses */
         head = head_plain;
         head_format = PLAIN;
     }
@@ -2072,7 +2084,7 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_for
     in.ld = M;
     in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
     in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
-    const int64_t widened = panel_elems(K, bf16) * (bf16 ? 2 : 4); /* bytes of one thread's widened panel */
+    const int64_t widened = panel_elems(K, 0) * 4; /* bytes of one thread's widened panel (fp32-sized, as above) */
     char *unpacked = w_format ? (char *)calloc((size_t)threads, (size_t)widened) : NULL;
     if (!in.f || !in.h || (w_format && !unpacked)) {
         free(in.f);

@@ -440,18 +440,22 @@ class NativeStep:
         return ((self._layouts[bf16], self._quantized),
                 (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype))
 
+    def reads_blocks(self, weight: torch.Tensor) -> bool:
+        """Whether this step's products would read ``weight``'s GGUF blocks (before packing has checked them)."""
+        blocks = gguf_blocks.blocks_of(weight)
+        return bool(blocks is not None and (self._quantized >> blocks.format) & 1 and weight.dtype == self.dtype
+                    and self.lib.specviz_quantized_bytes(*weight.shape, blocks.format))
+
     def _pack_quantized(self, weight: torch.Tensor) -> torch.Tensor | None:
         """``weight``'s GGUF blocks in quantized panels, or ``None`` where it has none, this build does not read
         their format, or they do not widen, bit for bit, to the panels :meth:`_pack` makes of the weight itself
         (a weight changed since it was loaded; a conversion this build rounds otherwise): checked here once per
         weight, because the products' bits rest on it."""
-        blocks = gguf_blocks.blocks_of(weight)
-        if blocks is None or not (self._quantized >> blocks.format) & 1 or weight.dtype != self.dtype:
+        if not self.reads_blocks(weight):
             return None
+        blocks = gguf_blocks.blocks_of(weight)
         n, k = weight.shape
         size = self.lib.specviz_quantized_bytes(n, k, blocks.format)
-        if not size:
-            return None
         source = np.ascontiguousarray(blocks.blocks)
         out = torch.empty(size, dtype=torch.uint8)
         _checked(self.lib.specviz_pack_quantized(source.ctypes.data, blocks.format, n, k, out.data_ptr()),
