@@ -58,6 +58,15 @@ def reads_blocks(stack) -> bool:
     return bool(stack.native is not None and stack.native._quantized)
 
 
+def reading_blocks(seed: int):
+    """A model made from random blocks and its stack, or a skip where this build widens no GGUF blocks."""
+    model = quantized_model(seed=seed)
+    stack = Engine(model).target
+    if not reads_blocks(stack):
+        pytest.skip("this build widens no GGUF blocks")
+    return model, stack
+
+
 def logits_for_every_row_count(stack, prefix: list[int], tokens: list[int]) -> list[torch.Tensor]:
     with torch.inference_mode():
         cache = stack.new_cache(96)
@@ -102,10 +111,7 @@ def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_plain_panels(m
 def test_blocks_that_no_longer_match_their_weight_are_left_for_the_weight(caplog):
     """A weight changed after its blocks were kept is read from plain panels (with a warning), so the
     changed weight is what computes."""
-    model = quantized_model(seed=1)
-    probe = Engine(model).target
-    if not reads_blocks(probe):
-        pytest.skip("this build widens no GGUF blocks")
+    model, _ = reading_blocks(seed=1)
     q = model.model.layers[1].self_attn.q_proj.weight
     with torch.no_grad():
         q[0, 0] += 0.5
@@ -161,10 +167,8 @@ def test_a_linear_map_on_blocks_widens_panels_for_many_rows_and_keeps_the_bits()
     """``NativeStep.linear`` on a weight that keeps blocks (a drafter's map on the target's weights): 1–20 rows,
     through the widening tile and, past its rows, through a panel widened once into scratch, equal bit for bit
     to the same map on plain panels."""
-    model = quantized_model(seed=2)
-    native = Engine(model).target.native
-    if not native._quantized:
-        pytest.skip("this build widens no GGUF blocks")
+    model, stack = reading_blocks(seed=2)
+    native = stack.native
     weight = model.model.layers[0].mlp.up_proj.weight
     plain_weight = weight.detach().clone()  # the same values, no blocks
     x = torch.randn(20, weight.shape[1]).to(torch.bfloat16)
@@ -179,10 +183,7 @@ def test_a_step_counts_the_bytes_it_reads():
     the check counts its own."""
     from engines.model.verify_cost import weight_bytes
 
-    model = quantized_model(seed=3)
-    stack = Engine(model).target
-    if not reads_blocks(stack):
-        pytest.skip("this build widens no GGUF blocks")
+    model, stack = reading_blocks(seed=3)
     q = model.model.layers[0].self_attn.q_proj.weight
     blocks = gguf_blocks.blocks_of(q).blocks.nbytes
     assert stack.native.reads_blocks(q) and gguf_blocks.bytes_read(q, True) == blocks < q.numel() * 2

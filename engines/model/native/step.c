@@ -427,6 +427,14 @@ static inline void gguf_weight(const uint8_t *row, int fmt, int64_t k, uint16_t 
     }
 }
 
+/* Group g's block b of a quantized panel; the same bytes of the next panel are asked for as this one is read. */
+static inline const uint8_t *group_block(const uint8_t *panel, int fmt, int64_t K, int g, int64_t b, const char *next) {
+    const int64_t record = quantized_group_bytes(fmt), at = (g * (K / QBLOCK) + b) * record;
+    if (next)
+        for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(next + at + line, 0, 2);
+    return panel + at;
+}
+
 /* Which output of its group (o) and which k of its block value v of lane l of chunk c holds. With AVX-512 BF16
  * (pairs): lanes in the order a bf16 panel stores a pair's outputs, as above. Elsewhere (the AVX2 build's 16-output
  * panels of fp32 lanes): lane l is output l, and value v of chunk c is k = 8c + v (Q4_1) or 4c + v (Q8_0), so a
@@ -556,12 +564,10 @@ static inline __attribute__((always_inline)) __m512bh widened_pair(__m512i chunk
 /* A whole panel widened into out (a plain bf16 panel): for a product of many rows, whose tiles then read it from
  * cache. The next panel's blocks are asked for at the pace this one's are read. */
 static void unpack_panel_bf16(const uint8_t *panel, int fmt, int64_t K, uint16_t *out, const char *next) {
-    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int64_t blocks = K / QBLOCK;
     for (int g = 0; g < P / QGROUP; g++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = panel + (g * blocks + b) * record;
-            if (next)
-                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const uint8_t *block = group_block(panel, fmt, K, g, b, next);
             const GroupScales s = group_scales(block, fmt);
             uint16_t *o = out + (b * (QBLOCK / 2) * RN + g) * 32;
             if (fmt == Q4_1)
@@ -619,13 +625,11 @@ static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt
  * the fp32 tile multiplies exactly as the bf16 tile multiplies the bf16 panel's widened loads: the same bits,
  * with no narrowing and widening again), for products of a few rows. */
 static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16, float *out, const char *next) {
-    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int64_t blocks = K / QBLOCK;
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
     for (int g = 0; g < P / QGROUP; g++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = panel + (g * blocks + b) * record;
-            if (next)
-                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const uint8_t *block = group_block(panel, fmt, K, g, b, next);
             const GroupScales8 s = group_scales8(block, fmt);
             for (int c = 0; c < chunks; c++) {
                 const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c));
@@ -646,16 +650,14 @@ static inline __attribute__((always_inline)) void tile_quantized8(const uint8_t 
                                                                   const float *x, int64_t ld, const int RMC,
                                                                   const int bf16, float *out, int64_t ostride,
                                                                   const char *next) {
-    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int64_t blocks = K / QBLOCK;
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
     for (int g = 0; g < P / QGROUP; g++) {
         __m256 acc[QRM8][2];
 UNROLL
         for (int r = 0; r < RMC; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = panel + (g * blocks + b) * record;
-            if (next)
-                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const uint8_t *block = group_block(panel, fmt, K, g, b, next);
             const GroupScales8 s = group_scales8(block, fmt);
             for (int c = 0; c < chunks; c++) {
                 const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c));
@@ -872,16 +874,14 @@ static void product_panel(const void *panel, int bf16, const Input *in, int64_t 
 static inline __attribute__((always_inline)) void tile_quantized(const uint8_t *panel, const int fmt, int64_t K,
                                                                  const uint16_t *x, int64_t ld, const int RMC,
                                                                  float *out, int64_t ostride, const char *next) {
-    const int64_t blocks = K / QBLOCK, record = quantized_group_bytes(fmt);
+    const int64_t blocks = K / QBLOCK;
     const uint32_t *pairs = (const uint32_t *)(const void *)x;
     for (int g = 0; g < P / QGROUP; g++) {
         __m512 acc[QRM];
 UNROLL
         for (int r = 0; r < RMC; r++) acc[r] = _mm512_setzero_ps();
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = panel + (g * blocks + b) * record;
-            if (next)
-                for (int64_t line = 0; line < record; line += 64) __builtin_prefetch(block - panel + next + line, 0, 2);
+            const uint8_t *block = group_block(panel, fmt, K, g, b, next);
             const GroupScales s = group_scales(block, fmt);
             const uint32_t *xb = pairs + b * (QBLOCK / 2) * ld;
             const int chunks = fmt == Q4_1 ? 4 : 8, per_chunk = fmt == Q4_1 ? 4 : 2;
