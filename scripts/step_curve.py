@@ -64,7 +64,8 @@ def main() -> None:
     unit = seconds[ns[0]]
     params = sum({p.data_ptr(): p.numel() for p in stack.model.parameters()}.values())  # a tied head once
     line = [args.label or os.environ.get("SPECVIZ_NATIVE_ISA", "native"), args.dtype,
-            f"read {read:.1f} GB/s", f"{weights / 1e6:.0f} MB a step", f"floor {floor * 1e3:.1f} ms", f"share {floor / seconds[ns[0]]:.0%}" if ns[0] == 1 else "",
+            f"read {read:.1f} GB/s", f"{weights / 1e6:.0f} MB a step", f"floor {floor * 1e3:.1f} ms",
+            f"share {floor / seconds[ns[0]]:.0%}" if ns[0] == 1 else "",
             " ".join(f"t({n})={seconds[n] * 1e3:.1f}({seconds[n] / unit:.2f})" for n in ns)]
     if 16 in seconds:
         line.append(f"{2 * 16 * params / seconds[16] / 1e9:.0f} GFLOP/s at 16 rows")

@@ -36,8 +36,8 @@ def random_blocks(rows: int, cols: int, kind: str, rng: np.random.Generator) -> 
 
 
 def quantized_model(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
-    """``odd_llama`` (bf16 unless told) with every product weight whose in-dimension is a multiple of 32 made from random
-    Q4_1 blocks (the head from Q8_0 ones) and keeping them, as the default model's weights keep the GGUF's: q, k,
+    """``odd_llama`` (bf16 unless told) with every product weight whose in-dimension is a multiple of 32 made from
+    random Q4_1 blocks (the head from Q8_0 ones) and keeping them, as the default model's weights keep the GGUF's: q, k,
     v, o, gate and up read blocks, down (200 wide) plain panels, in one layer."""
     model = odd_llama(dtype)
     rng = np.random.default_rng(seed)
@@ -91,7 +91,8 @@ def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_plain_panels(m
     plain = Engine(quantized_model(dtype=dtype)).target  # the same weights (a model's layers serve one step)
     assert not reads_blocks(plain)
     prefix, tokens = list(range(3, 12)), [(13 * i + 7) % 200 for i in range(20)]
-    read, reference = logits_for_every_row_count(quantized, prefix, tokens), logits_for_every_row_count(plain, prefix, tokens)
+    read = logits_for_every_row_count(quantized, prefix, tokens)
+    reference = logits_for_every_row_count(plain, prefix, tokens)
     for n, (a, b) in enumerate(zip(read, reference), 1):
         assert torch.equal(a, b), f"{n} rows: reading the blocks changed the logits"
     threads = torch.get_num_threads()

@@ -69,7 +69,8 @@ def machine_name() -> str:
 
 def _path(model: str) -> Path:
     threads = torch.get_num_threads()
-    label = f"{model}|{machine_name()}|{threads}|{torch.__version__}|{native_step.build_id() or 'pytorch'}{native_step.panels_id()}"
+    build = (native_step.build_id() or "pytorch") + native_step.panels_id()
+    label = f"{model}|{machine_name()}|{threads}|{torch.__version__}|{build}"
     safe = "".join(c if c.isalnum() else "-" for c in label)[:160]
     return cache_dir() / "step_choice" / f"{safe}.json"
 

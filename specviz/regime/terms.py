@@ -141,8 +141,11 @@ def measure_terms(engine: Engine, prompt: str, *, max_new_tokens: int, methods: 
         board, run, ar = measure_scoreboard(engine, prompt, method, max_new_tokens=max_new_tokens, label=label,
                                             recorded_label=label, **options)
         boards[label], runs[label], ar_steps[label] = board, run, 1.0 / ar.stats.tokens_per_s
-    here = fit_this_machine(curve.seconds, curve.weight_bytes, curve.bandwidth_gb_s, lane_hop_seconds(runs))
-    weight_bytes = float(curve.weight_bytes)
+    # W is the weights as the model holds them (the presets project those); a step here may read fewer bytes (the
+    # GGUF's blocks, curve.weight_bytes), so this machine is fitted as getting through W at the rate it does
+    weight_bytes = float(sum({p.data_ptr(): p.numel() * p.element_size() for p in engine.model.parameters()}.values()))
+    through = curve.bandwidth_gb_s * weight_bytes / curve.weight_bytes
+    here = fit_this_machine(curve.seconds, int(weight_bytes), through, lane_hop_seconds(runs))
     terms = [MethodTerms(label="ar", method="ar", law="ar", tau=1.0, alpha=0.0, a=0.0, gamma_bar=0.0, c=0.0,
                          measured_speedup=1.0, measured_verify=1.0)]
     terms += [method_terms(engine, label, methods[label][0], boards[label], runs[label], ar_steps[label], weight_bytes)

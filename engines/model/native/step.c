@@ -536,9 +536,11 @@ static inline GroupScales group_scales(const uint8_t *block, int fmt) {
     const __m512i first8 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i halves[2] = {first8, _mm512_add_epi32(first8, _mm512_set1_epi32(8))};
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)block));
-    const __m512 m = fmt == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(block + 32))) : _mm512_setzero_ps();
+    const __m512 m =
+        fmt == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(block + 32))) : _mm512_setzero_ps();
     const __m512 mul = _mm512_mul_ps(d, _mm512_set1_ps(fmt == Q4_1 ? 16.0f : 256.0f)); /* exact */
-    const __m512 add = fmt == Q4_1 ? _mm512_fnmadd_ps(d, _mm512_set1_ps(16.0f), m) : _mm512_mul_ps(d, _mm512_set1_ps(-384.0f));
+    const __m512 add =
+        fmt == Q4_1 ? _mm512_fnmadd_ps(d, _mm512_set1_ps(16.0f), m) : _mm512_mul_ps(d, _mm512_set1_ps(-384.0f));
     GroupScales s;
     for (int h = 0; h < 2; h++) {
         s.mul[h] = _mm512_permutexvar_ps(halves[h], mul);
@@ -549,15 +551,18 @@ static inline GroupScales group_scales(const uint8_t *block, int fmt) {
 
 /* Value v of every lane of a chunk as the float 1 + q/16 (Q4_1) or 1 + u/256 (Q8_0), then the weight. */
 static inline __attribute__((always_inline)) __m512 widen(__m512i chunk, int fmt, int v, const GroupScales *s) {
-    const int bits = fmt == Q4_1 ? 4 : 8, shift = 23 - bits - bits * v; /* value v's lowest bit to mantissa bit 23 - bits */
-    const __m512i placed = shift >= 0 ? _mm512_slli_epi32(chunk, (unsigned)shift) : _mm512_srli_epi32(chunk, (unsigned)-shift);
-    const __m512i mask = _mm512_set1_epi32((int)(((1u << bits) - 1) << (23 - bits))), one = _mm512_set1_epi32(0x3f800000);
-    const __m512 f = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(placed, mask, one, 0xea)); /* (placed & mask) | one */
+    const int bits = fmt == Q4_1 ? 4 : 8, shift = 23 - bits - bits * v; /* value v's lowest bit to bit 23 - bits */
+    const __m512i placed =
+        shift >= 0 ? _mm512_slli_epi32(chunk, (unsigned)shift) : _mm512_srli_epi32(chunk, (unsigned)-shift);
+    const __m512i mask = _mm512_set1_epi32((int)(((1u << bits) - 1) << (23 - bits)));
+    const __m512i one = _mm512_set1_epi32(0x3f800000);
+    const __m512 f = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(placed, mask, one, 0xea)); /* placed & mask | one */
     return _mm512_fmadd_ps(f, s->mul[v % 2], s->add[v % 2]);
 }
 
 /* The bf16 pairs of pair p of a chunk: values 2p (outputs 0-7) and 2p + 1 (8-15). */
-static inline __attribute__((always_inline)) __m512bh widened_pair(__m512i chunk, int fmt, int p, const GroupScales *s) {
+static inline __attribute__((always_inline)) __m512bh widened_pair(__m512i chunk, int fmt, int p,
+                                                                   const GroupScales *s) {
     return _mm512_cvtne2ps_pbh(widen(chunk, fmt, 2 * p + 1, s), widen(chunk, fmt, 2 * p, s));
 }
 
@@ -574,13 +579,15 @@ static void unpack_panel_bf16(const uint8_t *panel, int fmt, int64_t K, uint16_t
                 for (int c = 0; c < 4; c++) {
                     const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
 UNROLL
-                    for (int p = 0; p < 4; p++) _mm512_storeu_si512(o + (4 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q4_1, p, &s));
+                    for (int p = 0; p < 4; p++)
+                        _mm512_storeu_si512(o + (4 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q4_1, p, &s));
                 }
             else
                 for (int c = 0; c < 8; c++) {
                     const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
 UNROLL
-                    for (int p = 0; p < 2; p++) _mm512_storeu_si512(o + (2 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q8_0, p, &s));
+                    for (int p = 0; p < 2; p++)
+                        _mm512_storeu_si512(o + (2 * c + p) * RN * 32, (__m512i)widened_pair(chunk, Q8_0, p, &s));
                 }
         }
 }
@@ -600,9 +607,10 @@ static inline GroupScales8 group_scales8(const uint8_t *block, int fmt) {
     for (int h = 0; h < 2; h++) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 16 * h)));
         s.mul[h] = _mm256_mul_ps(d, _mm256_set1_ps(fmt == Q4_1 ? 16.0f : 256.0f)); /* exact */
-        s.add[h] = fmt == Q4_1 ? _mm256_fnmadd_ps(d, _mm256_set1_ps(16.0f),
-                                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h))))
-                               : _mm256_mul_ps(d, _mm256_set1_ps(-384.0f));
+        const __m256 m = fmt == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h)))
+                                     : _mm256_setzero_ps();
+        s.add[h] =
+            fmt == Q4_1 ? _mm256_fnmadd_ps(d, _mm256_set1_ps(16.0f), m) : _mm256_mul_ps(d, _mm256_set1_ps(-384.0f));
     }
     return s;
 }
@@ -612,7 +620,8 @@ static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt
     const int bits = fmt == Q4_1 ? 4 : 8, shift = 23 - bits - bits * v;
     const __m256i placed = shift >= 0 ? _mm256_slli_epi32(half, shift) : _mm256_srli_epi32(half, -shift);
     const __m256i mask = _mm256_set1_epi32((int)(((1u << bits) - 1) << (23 - bits)));
-    const __m256 f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(placed, mask), _mm256_set1_epi32(0x3f800000)));
+    const __m256i one = _mm256_set1_epi32(0x3f800000);
+    const __m256 f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(placed, mask), one));
     const __m256 w = _mm256_fmadd_ps(f, s->mul[h], s->add[h]);
     if (!bf16) return w;
     /* shifts where masks would be: two constants fewer, so the 16 registers hold the tile without a spill */
@@ -1996,7 +2005,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                     Input part = rows_from(mine, m0);
                     /* all P lanes: the buffer holds them */
                     product_stored_panel(pair, pair_format, bf16, &part, mc, d, gate, P, pair + panel_bytes, unpacked);
-                    product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair, unpacked);
+                    product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair,
+                                         unpacked);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
                     input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
                 }

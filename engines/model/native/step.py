@@ -400,8 +400,8 @@ class NativeStep:
         tensor itself, so it lives and dies with it (a streamed layer's weights are packed each time they are
         streamed in), and made again when the tensor changes in place (training bumps its version). Costs one more
         copy of the weights: 269 MB for SmolLM2-135M in bf16, 538 MB in fp32. A weight that keeps the GGUF blocks
-        it was dequantized from (:mod:`engines.model.gguf_blocks`) is packed from those instead where this build
-        reads them (:meth:`_pack_quantized`): 96 MB for the default model in bf16."""
+        it was dequantized from (:mod:`engines.model.gguf_blocks`) is packed from those too where this build reads
+        them (:meth:`_pack_quantized`): 97 MB more for the default model, which few-row products read instead."""
         layout, key = self._packing_key(weight)
         kept = weight.__dict__.setdefault("_specviz_packed", {})  # layout → (key, packed): one per build loaded
         if layout not in kept or kept[layout][0] != key:
@@ -419,7 +419,10 @@ class NativeStep:
         if kept is None or kept[0] != key:
             both = [self._pack_quantized(first), self._pack_quantized(second)]
             if both[0] is None or both[1] is None or _format(both[0]) != _format(both[1]):
-                both = [self._pack(first), self._pack(second)]  # one format for the pair: plain unless both read blocks
+                # one format for the pair: plain panels unless both read blocks
+                for weight in (first, second):
+                    gguf_blocks.mark_read(weight, False)
+                both = [self._pack(first), self._pack(second)]
             panel = (self.lib.specviz_quantized_bytes(1, first.shape[1], _format(both[0])) if _format(both[0])
                      else self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16)))
             pair = torch.stack([both[0].view(-1, panel), both[1].view(-1, panel)], 1).reshape(-1)
@@ -683,7 +686,8 @@ class NativeStep:
         shape = self._head_shape
         work = self._work_for(shape, n, threads)
         _checked(self.lib.specviz_head(ctypes.byref(shape), rows.data_ptr(), n, found.norm_address,
-                                       found.head_address, found.head_format, found.head_plain, found.vocab, logits.data_ptr(), work.data_ptr(), threads),
+                                       found.head_address, found.head_format, found.head_plain, found.vocab,
+                                       logits.data_ptr(), work.data_ptr(), threads),
                  "head")
         return logits
 
