@@ -7,7 +7,9 @@ Why in one process: this VM's read rate moves by ±20% from one minute to the ne
 model, one cache and one set of packed weights serve every build: each named ``step.c`` is built as the engine
 builds it (``engines.model.native.library.load``), and the builds' libraries are swapped into the stack's
 native step before each forward, alternating their order round by round. The builds must share the packed
-panel layout (the same tile width P): the weights are packed once, by this checkout's build. Prints the
+panel layout (the same tile width P) and the entry points' arguments (a ``step.c`` from before the GGUF blocks
+came in, 2026-11-28, lacks ``Layer.formats`` and the head's format: time it with ``step_curve.py`` instead): the
+weights are packed once, by this checkout's build. The blocks against plain panels: ``scripts/blocks_ab.py``. Prints the
 median ms per forward of n rows after 256 cached tokens, per build ("current" is this checkout's); with ``--tree``,
 the n rows as a draft tree under its mask (node i's parent (i - 1) // 2).
 To A/B a compile-time switch, copy ``step.c`` with the ``#define`` as its first line (``-DSPECVIZ_NO_AHEAD``).

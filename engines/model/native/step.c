@@ -413,17 +413,20 @@ static inline float half_to_f32(uint16_t h) { /* IEEE binary16, subnormals inclu
     return f;
 }
 
-/* Weight k of a GGUF row (K / 32 blocks of 20 bytes (Q4_1) or 34 (Q8_0)): its block's d (and m) bits, and its q. */
-static inline void gguf_weight(const uint8_t *row, int fmt, int64_t k, uint16_t *d, uint16_t *m, int *q) {
-    const uint8_t *block = row + k / QBLOCK * (fmt == Q4_1 ? 20 : 34);
-    const int j = (int)(k % QBLOCK);
+/* Block b of a GGUF row (K / 32 blocks of 20 bytes (Q4_1) or 34 (Q8_0)): its d's (and m's) fp16 bits and its
+ * 32 q. */
+static inline void gguf_block(const uint8_t *row, int fmt, int64_t b, uint16_t *d, uint16_t *m, int q[QBLOCK]) {
+    const uint8_t *block = row + b * (fmt == Q4_1 ? 20 : 34);
     memcpy(d, block, 2);
+    *m = 0;
     if (fmt == Q4_1) {
         memcpy(m, block + 2, 2);
-        *q = j < 16 ? block[4 + j] & 15 : block[4 + j - 16] >> 4;
+        for (int j = 0; j < 16; j++) {
+            q[j] = block[4 + j] & 15;
+            q[j + 16] = block[4 + j] >> 4;
+        }
     } else {
-        *m = 0;
-        *q = (int8_t)block[2 + j];
+        for (int j = 0; j < QBLOCK; j++) q[j] = (int8_t)block[2 + j];
     }
 }
 
@@ -467,25 +470,21 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
     for (int64_t p = 0; p * P < N; p++)
         for (int64_t g = 0; g < groups; g++)
             for (int64_t b = 0; b < K / QBLOCK; b++, at += quantized_group_bytes(fmt)) {
+                uint16_t d[QGROUP] = {0}, m[QGROUP] = {0};
+                int q[QGROUP][QBLOCK] = {{0}}; /* rows past N: d = m = 0 and q = 0, weights 0 as specviz_pack pads */
                 for (int o = 0; o < QGROUP; o++) {
                     const int64_t n = p * P + g * QGROUP + o;
-                    uint16_t d = 0, m = 0;
-                    int q;
-                    if (n < N) gguf_weight(blocks + n * row_bytes, fmt, b * QBLOCK, &d, &m, &q);
-                    memcpy(at + 2 * o, &d, 2);
-                    if (fmt == Q4_1) memcpy(at + 32 + 2 * o, &m, 2);
+                    if (n < N) gguf_block(blocks + n * row_bytes, fmt, b, &d[o], &m[o], q[o]);
                 }
+                memcpy(at, d, sizeof d);
+                if (fmt == Q4_1) memcpy(at + 32, m, sizeof m);
                 for (int c = 0; c < chunks; c++)
                     for (int l = 0; l < 16; l++) {
                         uint32_t lane = 0;
                         for (int v = 0; v < values; v++) {
-                            int o, kb;
-                            chunk_place(fmt, c, l, v, &o, &kb);
-                            const int64_t n = p * P + g * QGROUP + o, k = b * QBLOCK + kb;
-                            uint16_t d, m;
-                            int q = 0;
-                            if (n < N) gguf_weight(blocks + n * row_bytes, fmt, k, &d, &m, &q);
-                            lane |= fmt == Q4_1 ? (uint32_t)q << 4 * v : (uint32_t)(uint8_t)(q + 128) << 8 * v;
+                            int o, k;
+                            chunk_place(fmt, c, l, v, &o, &k);
+                            lane |= fmt == Q4_1 ? (uint32_t)q[o][k] << 4 * v : (uint32_t)(uint8_t)(q[o][k] + 128) << 8 * v;
                         }
                         memcpy(at + 64 + 64 * c + 4 * l, &lane, 4);
                     }
@@ -633,7 +632,8 @@ static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt
 /* A whole panel widened into an fp32 plain panel ([k][16]; for a bf16 model its weights rounded to bf16, which
  * the fp32 tile multiplies exactly as the bf16 tile multiplies the bf16 panel's widened loads: the same bits,
  * with no narrowing and widening again), for products of a few rows. */
-static void unpack_panel_avx2(const uint8_t *panel, int fmt, int64_t K, int bf16, float *out, const char *next) {
+static inline __attribute__((always_inline)) void unpack_panel_avx2(const uint8_t *panel, const int fmt, int64_t K,
+                                                                    const int bf16, float *out, const char *next) {
     const int64_t blocks = K / QBLOCK;
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
     for (int g = 0; g < P / QGROUP; g++)
@@ -953,7 +953,12 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
     }
 #endif
 #ifdef SPECVIZ_QUANTIZED_AVX2 /* an fp32 panel either way: the fp32 tile reads a bf16 model's rounded weights */
-    unpack_panel_avx2((const uint8_t *)stored, fmt, K, bf16, (float *)unpacked, next);
+    /* constant formats and dtype, so each widening's shifts and masks are immediates, never spilled */
+    const uint8_t *panel = (const uint8_t *)stored;
+    if (fmt == Q4_1) bf16 ? unpack_panel_avx2(panel, Q4_1, K, 1, (float *)unpacked, next)
+                          : unpack_panel_avx2(panel, Q4_1, K, 0, (float *)unpacked, next);
+    else bf16 ? unpack_panel_avx2(panel, Q8_0, K, 1, (float *)unpacked, next)
+              : unpack_panel_avx2(panel, Q8_0, K, 0, (float *)unpacked, next);
     product_panel(unpacked, 0, in, M, K, out, ostride, NULL);
     return;
 #endif
