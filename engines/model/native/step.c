@@ -324,6 +324,7 @@ int specviz_pack(const void *w, int64_t N, int64_t K, int bf16, void *out) {
     const int64_t panels = (N + P - 1) / P, pe = panel_elems(K, bf16);
     const int group = PAIRS(bf16) ? 2 : 1; /* k per step: [k/2][P][2] with pairs, else [k][P] */
     const int64_t steps = (K + group - 1) / group;
+#pragma omp parallel for schedule(static) /* panels apart: packing at load took ~0.3 s a process on one core */
     for (int64_t p = 0; p < panels; p++) {
         int64_t i = p * pe; /* walks the panel in memory order */
         for (int64_t s = 0; s < steps; s++)
@@ -465,9 +466,11 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
     if (!quantized_shape_ok(K, fmt)) return SPECVIZ_BAD_FORMAT;
     const int64_t row_bytes = K / QBLOCK * (fmt == Q4_1 ? 20 : 34), groups = P / QGROUP;
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
-    uint8_t *at = out;
     memset(out, 0, (size_t)specviz_quantized_bytes(N, K, fmt));
-    for (int64_t p = 0; p * P < N; p++)
+    const int64_t panels = (N + P - 1) / P;
+#pragma omp parallel for schedule(static) /* panels apart, as specviz_pack */
+    for (int64_t p = 0; p < panels; p++) {
+        uint8_t *at = out + p * quantized_panel_bytes(K, fmt);
         for (int64_t g = 0; g < groups; g++)
             for (int64_t b = 0; b < K / QBLOCK; b++, at += quantized_group_bytes(fmt)) {
                 uint16_t d[QGROUP] = {0}, m[QGROUP] = {0};
@@ -489,6 +492,7 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
                         memcpy(at + 64 + 64 * c + 4 * l, &lane, 4);
                     }
             }
+    }
     return SPECVIZ_OK;
 }
 
@@ -913,8 +917,9 @@ UNROLL
 #endif
 
 /* Every row of one stored panel, plain or quantized: a quantized one in registers where its rows fit one
- * widening tile (tile_quantized), else widened once into unpacked (one plain panel), which the plain tiles then
- * read from cache. */
+ * widening tile (tile_quantized: up to QRM rows with AVX-512 BF16; tile_quantized8: one row on the AVX2 build),
+ * else widened once into unpacked (one plain panel, fp32 on the AVX2 build), which the plain tiles then read from
+ * cache. */
 static void product_stored_panel(const void *stored, int fmt, int bf16, const Input *in, int64_t M, int64_t K,
                                  float *out, int64_t ostride, const char *next, void *unpacked) {
     if (!fmt) {
@@ -951,9 +956,8 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
 #undef QUANTIZED8_CASE
         return;
     }
-#endif
-#ifdef SPECVIZ_QUANTIZED_AVX2 /* an fp32 panel either way: the fp32 tile reads a bf16 model's rounded weights */
-    /* constant formats and dtype, so each widening's shifts and masks are immediates, never spilled */
+    /* an fp32 panel either way (the fp32 tile reads a bf16 model's rounded weights); constant formats and dtype,
+     * so each widening's shifts and masks are immediates, never spilled */
     const uint8_t *panel = (const uint8_t *)stored;
     if (fmt == Q4_1) bf16 ? unpack_panel_avx2(panel, Q4_1, K, 1, (float *)unpacked, next)
                           : unpack_panel_avx2(panel, Q4_1, K, 0, (float *)unpacked, next);
