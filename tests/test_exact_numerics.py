@@ -154,3 +154,18 @@ def test_default_model_in_bf16_equals_ar(bf16_engine, method, options):
              "by the mill, and the villagers moved their animals to the hill above the church."
     reference = engine.run(prompt, "ar", max_new_tokens=64).token_ids
     assert engine.run(prompt, method, max_new_tokens=64, **options).token_ids == reference
+
+
+def test_the_default_models_bf16_step_reads_its_gguf_blocks(bf16_engine):
+    """The default model keeps its 211 product weights' GGUF blocks (30 layers × 7, and the tied head), and on a
+    build that widens them every one passes packing's bit-for-bit check and is what a step reads (the tests
+    above then compare those steps with `ar`)."""
+    from engines.model import gguf_blocks
+
+    kept = [p for p in bf16_engine.model.parameters() if gguf_blocks.blocks_of(p) is not None]
+    assert len(kept) == 30 * 7 + 1
+    native = bf16_engine.target.native
+    if native is None or not native._quantized:
+        pytest.skip("this build widens no GGUF blocks for bf16")
+    bf16_engine.run("Name a colour.", "ar", max_new_tokens=2)
+    assert all(gguf_blocks.bytes_read(p) == gguf_blocks.blocks_of(p).blocks.nbytes for p in kept)

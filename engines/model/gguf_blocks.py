@@ -118,13 +118,17 @@ def _tensors(path: str) -> dict[str, tuple[str, np.ndarray]]:
     return found
 
 
-def _unpermuted_rows(rows: int, heads: int) -> np.ndarray:
+def _unpermuted_rows(rows: int, heads: int) -> np.ndarray | None:
     """Which GGUF row each model row of q or k is: llama.cpp's converter permuted them for its rotary layout and
     transformers' GGUF loader permutes them back (``LlamaTensorProcessor._reverse_permute_weights``, applied
-    here to the row numbers themselves, so the two cannot drift apart)."""
-    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+    here to the row numbers themselves, so the two cannot drift apart). ``None`` where this transformers has no
+    such function: q and k then keep no blocks (packing's check would refuse a wrong order anyway)."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
-    return LlamaTensorProcessor()._reverse_permute_weights(np.arange(rows), heads, heads)
+        return np.asarray(LlamaTensorProcessor()._reverse_permute_weights(np.arange(rows), heads, heads))
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
 def attach(model: torch.nn.Module, gguf_path: Path) -> int:
@@ -143,7 +147,10 @@ def attach(model: torch.nn.Module, gguf_path: Path) -> int:
         kind, data = tensors[name]
         if kind not in FORMATS or data.ndim != 2 or data.shape[0] != weight.shape[0]:
             return
-        blocks = data[_unpermuted_rows(data.shape[0], heads)] if heads else data
+        order = _unpermuted_rows(data.shape[0], heads) if heads else None
+        if heads and order is None:
+            return
+        blocks = data[order] if heads else data
         weight.__dict__[ATTRIBUTE] = GGUFBlocks(FORMATS[kind], blocks)
         found += 1
 

@@ -130,7 +130,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", device: str = 
     model.to(device).eval()
     model.requires_grad_(False)
     if name == DEFAULT_MODEL and device == "cpu":
-        gguf_blocks.attach(model, _gguf_path())
+        _keep_gguf_blocks(model)
     return LoadedModel(model, tokenizer, str(name), DTYPES[dtype], torch.device(device))
 
 
@@ -180,5 +180,18 @@ def load_layers(source: str | Path, dtype: str, device: str, layers: range, embe
         model.model.rotary_emb = type(rotary)(config=config)
     model.eval()
     if device == "cpu" and source == cache_dir() / DEFAULT_MODEL:  # the default model's dequantized cache
-        gguf_blocks.attach(model, _gguf_path())
+        _keep_gguf_blocks(model)
     return model
+
+
+def _keep_gguf_blocks(model: torch.nn.Module) -> None:
+    """The default model's GGUF blocks kept beside its weights (:mod:`engines.model.gguf_blocks`), which the native
+    step reads where it can; a file it cannot read costs speed only, said once, never the load."""
+    import logging
+    import struct
+
+    try:
+        gguf_blocks.attach(model, _gguf_path())
+    except (OSError, ValueError, struct.error) as error:
+        logging.getLogger(__name__).warning("specviz: the GGUF's blocks were not kept (%s); the step reads its "
+                                            "bf16 panels", error)
