@@ -124,12 +124,15 @@ class Channel:
         if self.prepost:
             work, frame = self._posted.pop(src)
             self.wait(work)
-            self._post(src)  # the next message from src finds its buffer waiting
         else:
             frame = self._recv(torch.empty(FRAME_BYTES, dtype=torch.uint8, device=self.device), src)
         frame = frame.cpu()
         fields = frame[:HEADER_BYTES].view(torch.int64)
         message, rows, size, blob = message_from(fields[:-1])
+        if self.prepost and message.kind != "shutdown":
+            # the next message from src finds its buffer waiting; after a shutdown none comes, and the
+            # driver may already have closed the connection (posting on it would read as the driver lost)
+            self._post(src)
         inline = int(fields[-1])
         offset = HEADER_BYTES
         if rows:

@@ -257,7 +257,8 @@ def heartbeat(address: str, port: int, rank: int, stop: threading.Event, period:
                 client.add(f"hb/{rank}", 1)
                 stop.wait(period)
         except Exception:
-            os._exit(EXIT_STORE_LOST)
+            if not stop.is_set():  # after a shutdown the driver may close its store first: that is the end
+                os._exit(EXIT_STORE_LOST)
 
     thread = threading.Thread(target=beat, name=f"lane-heartbeat-{rank}", daemon=True)
     thread.start()

@@ -69,6 +69,7 @@ def serve(address: str, port: int, rank: int, world: int, lane: str, parent: int
     while True:
         message = channel.recv(0)
         if message.kind == "shutdown":
+            stop.set()  # the store may close before we exit: not a lost driver any more
             channel.flush()
             return
         if message.kind == "ping":
