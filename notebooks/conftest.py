@@ -12,14 +12,21 @@ suite's: two in about every fourth ``make test``.
 So every wait is cut into polls of at most ``POLL_SLICE_S``; a missed wake-up then costs that much, not the
 whole timeout. A timeout still raises when its deadline passes, and a message is still read the moment its
 poll sees it.
+
+With ``SPECVIZ_KERNEL_TRANSPORT=ipc`` (set by ``scripts/run_suite.py`` when it runs notebooks side by side)
+each kernel talks over Unix sockets, not TCP ports: kernels started at once can pick the same free port
+(jupyter/jupyter_client#487).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from queue import Empty
 
 from jupyter_client.channels import AsyncZMQSocketChannel
+from nbclient import NotebookClient
 
 POLL_SLICE_S = 0.5
 # the library's own method, also when this file is loaded twice in one process (the outputs script loads it)
@@ -41,3 +48,21 @@ async def get_msg_in_slices(self: AsyncZMQSocketChannel, timeout: float | None =
 
 get_msg_in_slices.unsliced = _unsliced_get_msg
 AsyncZMQSocketChannel.get_msg = get_msg_in_slices
+
+
+_create_kernel_manager = getattr(NotebookClient.create_kernel_manager, "on_tcp", NotebookClient.create_kernel_manager)
+
+
+def create_kernel_manager_on_ipc(self: NotebookClient):
+    """The library's kernel manager, told to use Unix sockets before it picks any address. Their paths are
+    this process's own (by default every kernel counts up from ``kernel-ipc-1`` in its working folder, which
+    two kernels starting at once would share), in the temporary folder, which the kernel removes on exit."""
+    manager = _create_kernel_manager(self)
+    manager.transport = "ipc"
+    manager.ip = os.path.join(tempfile.gettempdir(), f"specviz-kernel-{os.getpid()}-{id(manager):x}")
+    return manager
+
+
+create_kernel_manager_on_ipc.on_tcp = _create_kernel_manager
+if os.environ.get("SPECVIZ_KERNEL_TRANSPORT") == "ipc" and os.name != "nt":
+    NotebookClient.create_kernel_manager = create_kernel_manager_on_ipc

@@ -6,7 +6,7 @@ halves always run (a failing test does not hide the notebooks' time); the exit s
 either failed.
 
     python scripts/run_suite.py [--since EPOCH] [--all] [--no-notebooks] [--full-notebooks] [--workers N]
-                                [PYTEST_ARGS ...]
+                                [--notebook-workers N] [PYTEST_ARGS ...]
 
 ``--since``: when `make` started (set-up is the time from then to now). ``--all``: the tests marked
 ``slow`` too (`make test-all`). Notebooks run under nbmake in quick mode (``SPECVIZ_QUICK=1``: fewer
@@ -19,6 +19,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,9 +36,13 @@ QUICK_RERUNS = 1
 # for every process a test starts): much of the suite waits on process starts, model loads, pages and lanes,
 # which overlap. Measured on a 2-core Xeon: 408 s in parallel; one after another the whole suite took 688 s,
 # about 500 s without what is now marked slow. ``--workers 1`` runs them one at a time with the machine's
-# threads. The notebooks run one at a time: Jupyter kernels started side by side can race for the same ports
-# (jupyter/jupyter_client#487), a risk not worth the minute it would save.
+# threads.
 WORKERS = 2
+# Two notebooks at a time, each computing on one thread, as the tests do: a notebook spends much of its time
+# starting a kernel, importing and drawing, which overlap. Kernels started side by side can race for the same
+# TCP ports (jupyter/jupyter_client#487), so in parallel each kernel talks over Unix sockets instead
+# (notebooks/conftest.py, SPECVIZ_KERNEL_TRANSPORT=ipc); Windows has none, and runs them one at a time.
+NOTEBOOK_WORKERS = 1 if os.name == "nt" else 2
 # Each notebook runs in a pytest process of its own. In one process, nbclient and the fifth kernel in a row
 # (04_cats after 00–03) both sat idle for about two minutes, each waiting on the other (py-spy: the kernel in
 # its event loop, nbclient in its own), and then went on: 04_cats took 137 s there, three times out of three,
@@ -52,6 +57,30 @@ def run(command: list[str], env: dict[str, str]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
+def run_side_by_side(commands: list[list[str]], env: dict[str, str], slots: int) -> tuple[int, float]:
+    """Run ``commands`` at most ``slots`` at a time; each one's output is printed whole when it ends (so two
+    logs never interleave). Returns the first non-zero exit status (else 0) and the wall time."""
+    started = time.monotonic()
+    waiting, running, first_failure = list(commands), [], 0
+    while waiting or running:
+        while waiting and len(running) < slots:
+            command = waiting.pop(0)
+            log = tempfile.TemporaryFile()
+            running.append((command, log, subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
+                                                           stderr=subprocess.STDOUT)))
+        time.sleep(0.2)
+        for entry in [entry for entry in running if entry[2].poll() is not None]:
+            command, log, process = entry
+            running.remove(entry)
+            log.seek(0)
+            print("+", " ".join(command), flush=True)
+            sys.stdout.write(log.read().decode(errors="replace"))
+            sys.stdout.flush()
+            log.close()
+            first_failure = first_failure or process.returncode
+    return first_failure, time.monotonic() - started
+
+
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:4.1f} min ({seconds:5.0f} s)"
 
@@ -63,11 +92,14 @@ def main() -> int:
     parser.add_argument("--no-notebooks", action="store_true")
     parser.add_argument("--full-notebooks", action="store_true", help="notebooks at full size, not quick mode")
     parser.add_argument("--workers", type=int, default=WORKERS, help="parallel pytest workers (1: none)")
+    parser.add_argument("--notebook-workers", type=int, default=NOTEBOOK_WORKERS,
+                        help="notebooks run at a time (1: one after another)")
     args, pytest_args = parser.parse_known_args()
 
     setup = time.time() - args.since if args.since else None
-    if args.workers < 1:
-        parser.error(f"--workers must be >= 1, got {args.workers}")
+    for name in ("workers", "notebook_workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     parallel = ["-n", str(args.workers)] if args.workers > 1 else []
     test_env = {**env, "OMP_NUM_THREADS": "1"} if parallel else env
@@ -81,11 +113,12 @@ def main() -> int:
         notebook_env = {**env, "SPECVIZ_QUICK": "0" if args.full_notebooks else "1"}
         sizes = ([f"--nbmake-timeout={NOTEBOOK_CELL_TIMEOUT_S}"] if args.full_notebooks else
                  [f"--nbmake-timeout={QUICK_CELL_TIMEOUT_S}", f"--reruns={QUICK_RERUNS}"])
-        notebook_code, notebook_time = 0, 0.0
-        for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # one pytest process each (see above)
-            code, seconds = run([python, "-m", "pytest", "-q", "-rR", "--durations=0", "--timeout=900", "--nbmake",
-                                 *sizes, str(notebook.relative_to(ROOT))], notebook_env)
-            notebook_code, notebook_time = notebook_code or code, notebook_time + seconds
+        if args.notebook_workers > 1:
+            notebook_env.update(OMP_NUM_THREADS="1", SPECVIZ_KERNEL_TRANSPORT="ipc")
+        commands = [[python, "-m", "pytest", "-q", "-rR", "--durations=0", "--timeout=900", "--nbmake", *sizes,
+                     str(notebook.relative_to(ROOT))]  # one pytest process each (see above)
+                    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+        notebook_code, notebook_time = run_side_by_side(commands, notebook_env, args.notebook_workers)
 
     rows = [("set-up", setup), ("tests" + (" (all)" if args.all else ""), test_time),
             ("notebooks" + ("" if args.full_notebooks else " (quick mode)"), notebook_time)]

@@ -26,6 +26,19 @@ def specviz(*args):
                           timeout=600)
 
 
+def specviz_here(capsys, *args) -> tuple[int, str]:
+    """The command's exit status and stderr, run in this process: a refusal needs no fresh interpreter (one
+    costs ~6 s of imports; the console script itself is run end to end by the tests above)."""
+    from specviz.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as stop:  # argparse's own refusals
+        code = stop.code
+    return code, capsys.readouterr().err
+
+
 def test_generate_json(tmp_path):
     trace = tmp_path / "trace.jsonl"
     done = specviz("generate", "--method", "sps", "--gamma", "3", "--draft-layers", "4", "--prompt", "Say hi.",
@@ -49,18 +62,24 @@ def test_generate_streams_coloured_text_and_stats():
     assert "tok/s" in done.stdout and "τ =" in done.stdout and "\033[" in done.stdout
 
 
-def test_generate_errors_are_clear():
-    done = specviz("generate", "--method", "medusa", "--prompt", "x")
-    assert done.returncode == 2 and "known methods: ar, sps, pld, eesd" in done.stderr
-    done = specviz("generate", "--method", "eesd", "--exit-layer", "40", "--prompt", "x")
-    assert done.returncode == 2 and "exit_layer must be in [1, 29]" in done.stderr
+def test_generate_errors_are_clear(capsys):
+    code, err = specviz_here(capsys, "generate", "--method", "medusa", "--prompt", "x")
+    assert code == 2 and "known methods: ar, sps, pld, eesd" in err
+    code, err = specviz_here(capsys, "generate", "--method", "eesd", "--exit-layer", "40", "--prompt", "x")
+    assert code == 2 and "exit_layer must be in [1, 29]" in err
 
 
-def test_train_errors_are_clear_before_the_model_loads():
-    done = specviz("train", "exit@8-middle")
-    assert done.returncode == 2 and "shipped drafters' names (exit@8-layer, cats@3)" in done.stderr
-    done = specviz("train", "exit@8-layer", "--init-from", "nowhere")
-    assert done.returncode == 2 and "init-from: " in done.stderr and "'nowhere'" in done.stderr
+def test_train_errors_are_clear_before_the_model_loads(capsys, monkeypatch):
+    import engines.engine
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the error")
+
+    monkeypatch.setattr(engines.engine.Engine, "load", no_load)
+    code, err = specviz_here(capsys, "train", "exit@8-middle")
+    assert code == 2 and "shipped drafters' names (exit@8-layer, cats@3)" in err
+    code, err = specviz_here(capsys, "train", "exit@8-layer", "--init-from", "nowhere")
+    assert code == 2 and "init-from: " in err and "'nowhere'" in err
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the AVX2 build is x86-64's")
@@ -131,7 +150,7 @@ def test_train_command_writes_a_card_with_measured_acceptance(tmp_path):
     assert "exit@4-norm: held-out agreement top-1" in done.stdout and ", top-4 " in done.stdout
 
 
-def test_agreement_command_measures_shipped_drafters(tmp_path):
+def test_agreement_command_measures_shipped_drafters(tmp_path, capsys):
     """`specviz agreement` on the real target and two shipped drafters, over two held-out corpus answers."""
     lines = (pathlib.Path(__file__).parents[1] / "data" / "distill" / "corpus.jsonl").read_text().splitlines()
     corpus = tmp_path / "corpus.jsonl"
@@ -145,10 +164,10 @@ def test_agreement_command_measures_shipped_drafters(tmp_path):
         row = result["agreement"][name]
         assert 0 < row["1"] <= row["4"] <= 1, (name, row)
         assert f"| {name} | {row['1']:.3f} | {row['4']:.3f} |" in done.stdout
-    done = specviz("agreement", "--ks", "one")
-    assert done.returncode == 2 and "ks must be comma-separated integers" in done.stderr
-    done = specviz("agreement", "--drafters", "medusa", "--corpus", str(corpus))
-    assert done.returncode == 2 and "no trained drafter 'medusa'" in done.stderr
+    code, err = specviz_here(capsys, "agreement", "--ks", "one")
+    assert code == 2 and "ks must be comma-separated integers" in err
+    code, err = specviz_here(capsys, "agreement", "--drafters", "medusa", "--corpus", str(corpus))
+    assert code == 2 and "no trained drafter 'medusa'" in err
 
 
 def test_method_specs():
