@@ -13,7 +13,8 @@
  *   row-dot lookup      one output's 32 weights a vector: its block's 16 possible values made once (fma, one
  *                       conversion), the 32 picked by vpermw, dot products against 32 inputs, one horizontal sum
  *                       an output at the end (another summation order, so another set of bits); 1 or 4 outputs
- *                       side by side. The data's d and m are plausible fp16 values; the q are random. */
+ *                       side by side. The data's d and m are plausible fp16 values; the q are random.
+ * Then the pair layout at 1-8 rows (one or two groups side by side): what each more row costs. */
 #if !defined(__AVX512BF16__)
 #error "needs AVX-512 BF16: build with -march=native on a CPU that has it"
 #endif
@@ -134,6 +135,28 @@ __attribute__((noinline)) void cur4(const uint8_t *q, const uint16_t *x, float *
     for(int i=0;i<4;i++) _mm512_storeu_ps(out+16*(g+i),acc[i]);
   }
 }
+/* The pair layout at R rows, T groups side by side (the step's tile_quantized): what each more row costs. */
+static inline __attribute__((always_inline)) void tile_rows(const uint8_t *q, const uint32_t *pairs, int ld, float *out, const int R, const int T){
+  for(int g=0; g<NOUT/16; g+=T){
+    __m512 acc[2][8];
+    for(int t=0;t<T;t++) for(int r=0;r<R;r++) acc[t][r]=_mm512_setzero_ps();
+    for(int b=0;b<NB;b++){
+      const uint8_t *bl[2]; GS s[2];
+      for(int t=0;t<T;t++){ bl[t]=q+((int64_t)(g+t)*NB+b)*320; s[t]=gscales(bl[t]); }
+      const uint32_t *xb=pairs+b*16*ld;
+      for(int c=0;c<4;c++){ __m512i ch[2]; for(int t=0;t<T;t++) ch[t]=_mm512_loadu_si512(bl[t]+64+64*c);
+#pragma GCC unroll 4
+        for(int p=0;p<4;p++){ const uint32_t *xi=xb+(4*c+p)*ld;
+#pragma GCC unroll 2
+          for(int t=0;t<T;t++){ __m512bh w=wpair(ch[t],p,&s[t]);
+#pragma GCC unroll 8
+            for(int r=0;r<R;r++) acc[t][r]=_mm512_dpbf16_ps(acc[t][r],w,(__m512bh)_mm512_set1_epi32((int)xi[r]));}}}
+    }
+    for(int t=0;t<T;t++) for(int r=0;r<R;r++) _mm512_storeu_ps(out+r*NOUT+16*(g+t),acc[t][r]);
+  }
+}
+#define V(R,T) __attribute__((noinline)) void t##R##_##T(const uint8_t*q,const uint32_t*x,float*o){tile_rows(q,x,8,o,R,T);}
+V(1,1) V(2,1) V(4,1) V(6,1) V(8,1) V(1,2) V(2,2) V(4,2) V(6,2)
 int main(void){
   size_t qbytes=(size_t)NOUT*NB*20*2; uint8_t *q=aligned_alloc(64,qbytes); uint16_t *x=aligned_alloc(64,K*2); float *out=aligned_alloc(64,NOUT*4);
   srand(1); for(size_t i=0;i<qbytes;i++) q[i]=rand();
@@ -146,5 +169,13 @@ int main(void){
   void (*fs[5])(const uint8_t*,const uint16_t*,float*)={cur,cur2,tab,tab4,cur4}; const char *names[5]={"pairs, 1 group","pairs, 2 groups","row-dot lookup","row-dot lookup, 4 outputs","pairs, 4 groups"};
   for(int f=0;f<5;f++){ double best=1e9; for(int r=0;r<5;r++){ double t=now(); for(int it=0;it<200;it++) fs[f](q,x,out); t=(now()-t)/200; if(t<best)best=t; }
     double units=(double)NOUT*K/32; printf("%-28s %.3f ns per 32 weights (%.2f G weights/s, one thread)\n",names[f],best/units*1e9, NOUT*(double)K/best/1e9); }
+  uint32_t *xr=aligned_alloc(64,K/2*8*4);
+  for(int i=0;i<K/2*8;i++) xr[i]=0x3f803f80;
+  void (*rs[])(const uint8_t*,const uint32_t*,float*)={t1_1,t2_1,t4_1,t6_1,t8_1,t1_2,t2_2,t4_2,t6_2};
+  const char *rn[]={"1 row, 1 group","2 rows, 1 group","4 rows, 1 group","6 rows, 1 group","8 rows, 1 group",
+                    "1 row, 2 groups","2 rows, 2 groups","4 rows, 2 groups","6 rows, 2 groups"};
+  float *rout=aligned_alloc(64,NOUT*4*8);
+  for(int f=0;f<9;f++){ double best=1e9; for(int r=0;r<5;r++){ double t=now(); for(int it=0;it<200;it++) rs[f](q,xr,rout); t=(now()-t)/200; if(t<best)best=t;}
+    printf("%-28s %.3f ns per 32 weights\n", rn[f], best/((double)NOUT*K/32)*1e9);}
   return 0;
 }
