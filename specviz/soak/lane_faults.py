@@ -13,13 +13,13 @@ import os
 import random
 import signal
 import socket
-import threading
 import time
 from dataclasses import asdict, dataclass
 
 import psutil
 
 from engines import Engine
+from engines.core.trace import Commit
 from engines.lanes import LaneError
 from engines.lanes.runtime import LOG_PREFIX
 
@@ -41,8 +41,9 @@ def unavailable_reason() -> str | None:
 class FaultResult:
     fault: str
     method: str
-    at_s: float  # when the fault struck, from the run's start
-    outcome: str  # "error", "finished" (the run ended before the fault struck: not counted), "hung", "other"
+    at_s: float | None  # when the fault struck, from the run's start (None: it never did)
+    outcome: str  # "error", "finished" (the run ended before the fault struck: not counted), "missed" (struck after
+    # the run's last message), "hung", "other"
     seconds_to_error: float | None
     message: str
     orphans: int  # lane worker processes still alive after the error
@@ -104,52 +105,49 @@ def strike(fault: str) -> int:
     return len(descriptors)
 
 
-def inject_during_run(engine: Engine, method: str, fault: str, at_s: float, max_new_tokens: int,
-                      limit_s: float = 60.0) -> tuple[str, float | None, str]:
-    """Run ``method`` and strike ``fault`` ``at_s`` seconds in; what happened and how long the error took."""
-    struck: dict[str, float] = {}
-
-    def fire():
-        struck["hit"] = strike(fault)
-        struck["t"] = time.perf_counter()
-
-    timer = threading.Timer(at_s, fire)
+def inject_during_run(engine: Engine, method: str, fault: str, at_token: int, max_new_tokens: int,
+                      limit_s: float = 60.0) -> tuple[str, float | None, float | None, str]:
+    """Run ``method`` and strike ``fault`` as soon as ``at_token`` tokens are committed; what happened, when it
+    struck (seconds from the start) and how long the error took. Struck by token, not by a timer: a run that
+    went faster than the healthy one timed for it once ended before a timer fired (seen in `make test`)."""
+    struck_at = None
     outcome, message, seconds = "finished", "", None
     start = time.perf_counter()
-    timer.start()
+    made = 0
     try:
-        for _ in engine.generate(PROMPT, method, max_new_tokens=max_new_tokens, stop_at_eos=False):
+        for event in engine.generate(PROMPT, method, max_new_tokens=max_new_tokens, stop_at_eos=False):
+            if isinstance(event, Commit):
+                made += len(event.tokens)
+            if struck_at is None and made >= at_token:
+                strike(fault)
+                struck_at = time.perf_counter()
             if time.perf_counter() - start > limit_s:
                 outcome, message = "hung", f"still running {limit_s:.0f} s after it started"
                 break
     except LaneError as error:
         outcome, message = "error", str(error).splitlines()[0]
-        seconds = time.perf_counter() - struck.get("t", start)
+        seconds = time.perf_counter() - (struck_at if struck_at is not None else start)
     except Exception as error:  # noqa: BLE001 - counted and reported: anything but LaneError is a defect
         outcome, message = "other", f"{type(error).__name__}: {error}".splitlines()[0]
-    finally:
-        timer.cancel()
-    if outcome == "finished" and "t" in struck:
+    if outcome == "finished" and struck_at is not None:
         outcome = "missed"  # struck after the last message: the next run must still find out
-    return outcome, seconds, message
+    return outcome, None if struck_at is None else struck_at - start, seconds, message
 
 
 def soak_faults(engine: Engine, count: int, max_new_tokens: int = 96, seed: int = 0, progress=None) -> list[FaultResult]:
     """``count`` faults, cycling through :data:`FAULTS` × :data:`LANE_METHODS`, each at a random moment of
-    the run (uniform over the middle 80% of a healthy run's time, measured first per method)."""
+    the run: once a share of its tokens, uniform over the middle 80%, is committed."""
     rng = random.Random(seed)
-    healthy: dict[str, tuple[float, list[int]]] = {}
+    healthy: dict[str, list[int]] = {}
     for method in LANE_METHODS:
         engine.run(PROMPT, method, max_new_tokens=8)  # lanes started, drafters loaded
-        start = time.perf_counter()
-        reference = engine.run(PROMPT, method, max_new_tokens=max_new_tokens, stop_at_eos=False)
-        healthy[method] = (time.perf_counter() - start, list(reference.token_ids))
+        healthy[method] = list(engine.run(PROMPT, method, max_new_tokens=max_new_tokens, stop_at_eos=False).token_ids)
     results = []
     for index in range(count):
         fault, method = FAULTS[index % len(FAULTS)], LANE_METHODS[(index // len(FAULTS)) % len(LANE_METHODS)]
-        duration, reference = healthy[method]
-        at_s = rng.uniform(0.1, 0.9) * duration
-        outcome, seconds, message = inject_during_run(engine, method, fault, at_s, max_new_tokens)
+        reference = healthy[method]
+        at_token = max(1, round(rng.uniform(0.1, 0.9) * max_new_tokens))
+        outcome, at_s, seconds, message = inject_during_run(engine, method, fault, at_token, max_new_tokens)
         time.sleep(0.3)  # a killed group's processes are reaped by now, or never
         orphans, leftover = len(lane_workers()), len(lane_files())
         try:
@@ -160,7 +158,7 @@ def soak_faults(engine: Engine, count: int, max_new_tokens: int = 96, seed: int 
         if orphans:  # a worker that outlived the error would skew every later row: end it, having counted it
             for worker in lane_workers():
                 worker.kill()
-        results.append(FaultResult(fault, method, round(at_s, 2), outcome,
+        results.append(FaultResult(fault, method, round(at_s, 2) if at_s is not None else None, outcome,
                                    round(seconds, 2) if seconds is not None else None, message, orphans,
                                    leftover, next_ok))
         if progress is not None:
