@@ -118,7 +118,7 @@ def inject_during_run(engine: Engine, method: str, fault: str, at_token: int, ma
         for event in engine.generate(PROMPT, method, max_new_tokens=max_new_tokens, stop_at_eos=False):
             if isinstance(event, Commit):
                 made += len(event.tokens)
-            if struck_at is None and made >= at_token:
+            if struck_at is None and at_token <= made < max_new_tokens:  # past the last commit, no fault is mid-run
                 strike(fault)
                 struck_at = time.perf_counter()
             if time.perf_counter() - start > limit_s:
@@ -148,6 +148,9 @@ def soak_faults(engine: Engine, count: int, max_new_tokens: int = 96, seed: int 
         reference = healthy[method]
         at_token = max(1, round(rng.uniform(0.1, 0.9) * max_new_tokens))
         outcome, at_s, seconds, message = inject_during_run(engine, method, fault, at_token, max_new_tokens)
+        while outcome == "finished" and at_token > 1:  # its last round committed past at_token: strike earlier
+            at_token //= 2
+            outcome, at_s, seconds, message = inject_during_run(engine, method, fault, at_token, max_new_tokens)
         time.sleep(0.3)  # a killed group's processes are reaped by now, or never
         orphans, leftover = len(lane_workers()), len(lane_files())
         try:
