@@ -8,7 +8,6 @@ notebook; only the PNG rendering needs kaleido (the optional `outputs` extra).
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import struct
 from pathlib import Path
@@ -17,6 +16,8 @@ import nbformat
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+
+from tests.source_files import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -28,9 +29,7 @@ MAX_NOTEBOOK_BYTES = 1_500_000
 # One PNG of a busy figure is under 100 kB; one output past this is something that should not be stored.
 MAX_OUTPUT_BYTES = 300_000
 
-_spec = importlib.util.spec_from_file_location("store_notebook_outputs", ROOT / "scripts" / "store_notebook_outputs.py")
-store = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(store)
+store = load_source("store_notebook_outputs", ROOT / "scripts" / "store_notebook_outputs.py")
 
 
 def _read(path: Path) -> nbformat.NotebookNode:

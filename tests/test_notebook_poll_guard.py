@@ -2,7 +2,6 @@
 a waiting message is read at once, and ``Empty`` comes when the whole timeout has passed, not a slice."""
 
 import asyncio
-import importlib.util
 import time
 from pathlib import Path
 from queue import Empty
@@ -13,14 +12,13 @@ import zmq.asyncio
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.session import Session
 
+from tests.source_files import load_source
+
 GUARD = Path(__file__).resolve().parents[1] / "notebooks" / "conftest.py"
 
 
 def load_guard():
-    spec = importlib.util.spec_from_file_location("notebooks_poll_guard", GUARD)
-    guard = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(guard)
-    return guard
+    return load_source("notebooks_poll_guard", GUARD)
 
 
 def test_sliced_waits_read_a_message_at_once_and_time_out_whole():

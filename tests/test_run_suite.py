@@ -1,22 +1,16 @@
 """scripts/run_suite.py's side-by-side runner: at most `slots` at once, each log whole, the first failure kept."""
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
+from tests.source_files import load_source
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "run_suite.py"
 
 
-def load_runner():
-    spec = importlib.util.spec_from_file_location("run_suite", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_side_by_side_keeps_each_log_whole_and_the_first_failure(capsys, tmp_path):
-    runner = load_runner()
+    runner = load_source("run_suite", SCRIPT)
     marks = tmp_path / "running"
     marks.mkdir()
     # each command marks itself while it runs, waits (up to 20 s) for a partner, then reports the most it saw

@@ -193,5 +193,4 @@ def _keep_gguf_blocks(model: torch.nn.Module) -> None:
     try:
         gguf_blocks.attach(model, _gguf_path())
     except (OSError, ValueError, struct.error) as error:
-        _log.warning("specviz: the GGUF's blocks were not kept (%s); the step reads its "
-                                            "bf16 panels", error)
+        _log.warning("specviz: the GGUF's blocks were not kept (%s); the step reads its bf16 panels", error)

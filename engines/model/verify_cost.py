@@ -164,14 +164,17 @@ def save_curve(curve: VerifyCost) -> Path:
     return write_json_atomic(curve_path(curve.key), curve.to_dict(), indent=1)
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
+def weight_bytes(model: torch.nn.Module, native=None, held: bool = False) -> int:
     """Bytes of weights one decoding step reads: every parameter once (a tied head counts once), a weight whose
-    products read the GGUF blocks it came from at the blocks' size (:mod:`engines.model.gguf_blocks`)."""
+    products read the GGUF blocks it came from at the blocks' size (:mod:`engines.model.gguf_blocks`); for a
+    weight not packed yet, whether ``native`` (a ``NativeStep``) would read them. ``held``: the bytes as the model
+    holds them instead, blocks or not."""
     seen, total = set(), 0
     for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
-            total += gguf_blocks.bytes_read(p)
+            total += (p.numel() * p.element_size() if held else
+                      gguf_blocks.bytes_read(p, native is not None and native.reads_blocks(p)))
     return total
 
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from engines.model import gguf_blocks
+from engines.model import verify_cost
 from engines.model.layers import LayerStack
 
 
@@ -25,8 +25,7 @@ def weight_bytes(stack: LayerStack) -> int:
 
 
 def _bytes(module: torch.nn.Module, stack: LayerStack) -> int:
-    native = stack.native
-    return sum(gguf_blocks.bytes_read(p, native is not None and native.reads_blocks(p)) for p in module.parameters())
+    return verify_cost.weight_bytes(module, stack.native)
 
 
 def self_draft_cost_ratio(stack: LayerStack, draft_layers: int) -> float:

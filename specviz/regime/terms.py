@@ -19,6 +19,7 @@ from pathlib import Path
 from engines import Engine
 from engines.core.trace import Check, LaneMessage, Lsa, ShallowVerification, StageCompute, Verification
 from engines.engine import RunResult
+from engines.model import verify_cost
 from engines.storage import write_json_atomic
 
 from ..experiments.scoreboard import Scoreboard, measure_scoreboard, use_thread_rule
@@ -143,7 +144,7 @@ def measure_terms(engine: Engine, prompt: str, *, max_new_tokens: int, methods: 
         boards[label], runs[label], ar_steps[label] = board, run, 1.0 / ar.stats.tokens_per_s
     # W is the weights as the model holds them (the presets project those); a step here may read fewer bytes (the
     # GGUF's blocks, curve.weight_bytes), so this machine is fitted as getting through W at the rate it does
-    weight_bytes = float(sum({p.data_ptr(): p.numel() * p.element_size() for p in engine.model.parameters()}.values()))
+    weight_bytes = float(verify_cost.weight_bytes(engine.model, held=True))
     through = curve.bandwidth_gb_s * weight_bytes / curve.weight_bytes
     here = fit_this_machine(curve.seconds, int(weight_bytes), through, lane_hop_seconds(runs))
     terms = [MethodTerms(label="ar", method="ar", law="ar", tau=1.0, alpha=0.0, a=0.0, gamma_bar=0.0, c=0.0,
