@@ -109,14 +109,35 @@ def engine() -> Engine:
 
 @pytest.mark.parametrize("method,options", [
     ("sps", {"draft": "suffix", "gamma": 4}),
+    ("sps", {"draft": "suffix", "gamma": "auto"}),
+    ("pld", {"gamma": "auto"}),
     ("eagle", {"draft": "exit@1", "merge_suffix": True, "total_tokens": 4}),
     ("ssd", {"backup": "suffix", "draft": "other", "mode": "serial", "f": 1}),
-], ids=["sps", "eagle-merged", "ssd-backup"])
+], ids=["sps", "sps-auto", "pld-auto", "eagle-merged", "ssd-backup"])
 def test_greedy_equals_ar(engine, method, options):
     for prompt in PROMPTS:  # the second prompt's run also copies from the first's answer (the engine's corpus)
         expected = engine.run(prompt, "ar", max_new_tokens=24).token_ids
         assert engine.run(prompt, method, max_new_tokens=24, **options).token_ids == expected
     assert len(engine.suffix_corpus) >= 2
+
+
+def test_auto_verifies_only_the_prefix_its_evidence_pays_for(engine, monkeypatch):
+    """With ``gamma=auto`` a suffix draft is cut token by token: on a curve where each verified token costs a
+    whole step nothing pays and no round verifies a draft; on a flat one every proposed token is verified."""
+    from engines.drafters.suffix import evidence
+
+    steep = engine.verify_cost()
+    monkeypatch.setattr(steep, "cost", lambda n: 0.01 * n)
+    expected = engine.run(PROMPTS[0], "ar", max_new_tokens=24).token_ids
+    cut = engine.run(PROMPTS[0], "sps", draft="suffix", gamma="auto", max_new_tokens=24)
+    assert cut.token_ids == expected and cut.stats.drafted == 0
+    monkeypatch.setattr(steep, "cost", lambda n: 0.01)
+    whole = engine.run(PROMPTS[0], "sps", draft="suffix", gamma="auto", max_new_tokens=24)
+    assert whole.token_ids == expected and whole.stats.drafted > 0
+    drafter = SuffixDrafter(SuffixConfig(max_ngram=2))
+    drafter.begin([5, 6, 7])
+    draft = drafter.propose([5, 6, 7, 5, 6], 3)
+    assert draft.evidence == [evidence(m) for _, m in drafter.last] and len(draft.evidence) == 3
 
 
 def test_the_grafted_chain_has_its_own_length(engine):

@@ -147,6 +147,26 @@ def test_draft_length_follows_the_machine_and_the_acceptance():
     assert doubtful.alpha == pytest.approx(1 / 3) and doubtful.seconds_per_draft_token == 1.0
 
 
+def test_a_draft_with_evidence_is_cut_where_its_doubtful_tokens_begin():
+    from engines.core.draft_length import DraftLength
+    from engines.drafters.base import Draft, point_masses
+
+    length = DraftLength(lambda n: 1.0 + 0.2 * (n - 1), max_gamma=16)
+    for _ in range(20):  # "sure" tokens always accepted; "doubtful" ones never, once reached
+        length.update(drafted=3, accepted=2, draft_seconds=0.0, evidence=["sure", "sure", "doubtful"])
+    assert length.alpha_for("sure") == pytest.approx(41 / 42) and length.alpha_for("doubtful") == pytest.approx(1 / 22)
+    assert length.alpha_for("never judged") == 0.5  # the prior: tried, not trusted
+    assert length.cut(["sure", "sure", "doubtful", "sure"]) == 2
+    assert length.cut(["doubtful", "sure"]) == 0  # a doubtful first token: verify nothing, one step's cost
+    assert length.cut([]) == 0
+    length.update(drafted=3, accepted=0, draft_seconds=0.0, evidence=["sure", "doubtful", "doubtful"])
+    assert length.by_evidence["doubtful"][1] == 22  # positions after the rejection were never judged
+    draft = point_masses([4, 5, 6], ["a", "b", "c"]).prefix(2)
+    assert (draft.tokens, draft.logprobs, draft.evidence) == ([4, 5], [0.0, 0.0], ["a", "b"])
+    with pytest.raises(ValueError, match="early-exit"):
+        Draft([1, 2], hidden=torch.zeros(1, 2, 4)).prefix(1)
+
+
 def test_chain_model_on_a_flat_curve_is_leviathans():
     from specviz.theory import expected_speedup
     from specviz.views.chain import chain_speedup_on_curve, kernel_curves_figure

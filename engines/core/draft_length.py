@@ -9,19 +9,33 @@ acceptance buys a shorter draft than on one where they cost 1.3×. a is the run'
 acceptance estimate so far (accepted ÷ positions judged), starting from a prior of one hit in two. Each
 round takes the γ with the most expected tokens per second; at least one token is drafted so the
 estimate keeps being measured.
+
+A drafter that says why it proposes each token (``Draft.evidence``: the model-free drafters name the
+n-gram match behind each token) is judged token by token instead: it proposes as many as it can, and the
+round keeps the prefix with the most expected tokens per second, where position i is accepted with the
+run's own estimate for its kind of evidence (:meth:`DraftLength.cut`). Why: one a for all of a drafter's
+tokens averages a continuation seen three times after a 4-gram (accepted ~0.9 of the time on
+``data/prompts.jsonl``) with one seen once after a single token (~0.1), so a round either verifies the
+doubtful ones or cuts the sure ones short; judged apart, a round whose first token is doubtful verifies
+nothing and costs one step (``docs/verify-cost.md``, "Drafts cut by their evidence"). A kind of evidence
+never judged starts from the same prior of one hit in two, so it is tried.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Hashable, Sequence
+
+PRIOR_HITS, PRIOR_TRIALS = 1.0, 2.0
 
 
 class DraftLength:
-    def __init__(self, verify_seconds: Callable[[int], float], max_gamma: int = 16, prior_hits: float = 1.0,
-                 prior_trials: float = 2.0):
+    def __init__(self, verify_seconds: Callable[[int], float], max_gamma: int = 16, prior_hits: float = PRIOR_HITS,
+                 prior_trials: float = PRIOR_TRIALS):
         self.verify_seconds = verify_seconds
         self.max_gamma = max_gamma
+        self.prior = (prior_hits, prior_trials)
         self.hits, self.trials = prior_hits, prior_trials
+        self.by_evidence: dict[Hashable, list[float]] = {}  # kind of evidence → [hits, trials], prior included
         self.draft_seconds = 0.0
         self.drafted = 0
 
@@ -31,6 +45,11 @@ class DraftLength:
         the per-token acceptance probability the model above takes, not the run's α (accepted ÷ drafted)."""
         return self.hits / self.trials
 
+    def alpha_for(self, evidence: Hashable) -> float:
+        """The per-position acceptance estimate of tokens proposed on ``evidence`` (the prior if never judged)."""
+        hits, trials = self.by_evidence.get(evidence, self.prior)
+        return hits / trials
+
     @property
     def seconds_per_draft_token(self) -> float:
         return self.draft_seconds / self.drafted if self.drafted else 0.0
@@ -39,16 +58,41 @@ class DraftLength:
         a = min(self.alpha, 1 - 1e-9)
         return (1 - a ** (gamma + 1)) / (1 - a)
 
+    def limit(self, limit: int) -> int:
+        """How many tokens a drafter with evidence may propose: all the round may commit, up to ``max_gamma``."""
+        return max(0, min(self.max_gamma, limit))
+
     def choose(self, limit: int) -> int:
         """Best γ in [1, min(max_gamma, limit)]; ``limit`` < 1 (nothing left to draft) gives 0."""
         if limit < 1:
             return 0
         step = self.seconds_per_draft_token
-        return max(range(1, min(self.max_gamma, limit) + 1),
+        return max(range(1, self.limit(limit) + 1),
                    key=lambda g: self.expected_tokens(g) / (g * step + self.verify_seconds(g + 1)))
 
-    def update(self, drafted: int, accepted: int, draft_seconds: float) -> None:
+    def cut(self, evidence: Sequence[Hashable]) -> int:
+        """How many of a proposal's tokens to verify (0 … len(evidence)): the prefix with the most expected
+        tokens per second, token i accepted (once those before it were) with its evidence's estimate. The
+        tokens are already drafted, so only verification is priced."""
+        best, keep = 1.0 / self.verify_seconds(1), 0
+        expected, reached = 1.0, 1.0
+        for i, kind in enumerate(evidence[: self.max_gamma]):
+            reached *= self.alpha_for(kind)
+            expected += reached
+            rate = expected / self.verify_seconds(i + 2)
+            if rate > best:
+                best, keep = rate, i + 1
+        return keep
+
+    def update(self, drafted: int, accepted: int, draft_seconds: float,
+               evidence: Sequence[Hashable] | None = None) -> None:
         self.trials += min(accepted + 1, drafted)
         self.hits += accepted
         self.drafted += drafted
         self.draft_seconds += draft_seconds
+        for i, kind in enumerate((evidence or ())[:drafted]):
+            if i > accepted:  # never judged: the round ended at the rejection before it
+                break
+            tally = self.by_evidence.setdefault(kind, list(self.prior))
+            tally[0] += i < accepted
+            tally[1] += 1

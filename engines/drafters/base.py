@@ -8,7 +8,7 @@ Methods own verification; drafters only propose, which keeps every drafter usabl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Hashable, Protocol, Sequence
 
 import torch
 
@@ -26,11 +26,26 @@ class Draft:
     # so verification runs only the remaining layers on them instead of the whole stack.
     hidden: torch.Tensor | None = None
     exit_layer: int = 0
+    # Per token, what the drafter proposed it on (a model-free drafter's kind of match), for gamma=auto to
+    # learn how often each kind is accepted and verify only the prefix that pays (engines.core.draft_length)
+    evidence: list[Hashable] | None = None
+
+    def prefix(self, n: int) -> "Draft":
+        """The draft's first ``n`` tokens, everything kept per token cut to match. Not an early-exit draft's:
+        its shallow layers already wrote every token into the target's cache."""
+        if n >= len(self.tokens):
+            return self
+        if self.hidden is not None:
+            raise ValueError("an early-exit draft (hidden states given) cannot be cut: its tokens are in the "
+                             "target's cache")
+        return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n],
+                     None if self.logprobs is None else self.logprobs[:n], None, self.exit_layer,
+                     None if self.evidence is None else self.evidence[:n])
 
 
-def point_masses(tokens: list[int]) -> Draft:
+def point_masses(tokens: list[int], evidence: Sequence[Hashable] | None = None) -> Draft:
     """A deterministic draft (copied from the context, not drawn): q = δ per token, log q = 0 for the trace."""
-    return Draft(tokens, None, [0.0] * len(tokens))
+    return Draft(tokens, None, [0.0] * len(tokens), evidence=None if evidence is None else list(evidence))
 
 
 class Drafter(Protocol):

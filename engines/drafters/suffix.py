@@ -238,6 +238,8 @@ class SuffixDrafter:
     """The suffix index as a drafter (:mod:`engines.drafters.base`): chains for chain methods, trees for the
     tree program, and a report of where each token of its last proposal came from."""
 
+    evidence_per_token = True  # each token's match is its evidence (gamma=auto verifies the prefix that pays)
+
     def __init__(self, config: SuffixConfig | None = None, corpus: SuffixCorpus | None = None, name: str = SOURCE,
                  chain_depth: int = SUFFIX_CHAIN_DEPTH):
         self.config = config or SuffixConfig()
@@ -260,7 +262,7 @@ class SuffixDrafter:
         self.index.sync(committed)
         tokens, matches = self.index.chain(committed, gamma)
         self.last = list(enumerate(matches))
-        return point_masses(tokens)
+        return point_masses(tokens, [evidence(match) for match in matches])
 
     def propose_tree(self, committed: list[int], depth: int, max_nodes: int | None = None,
                      branching: int | None = None) -> DraftTreeNodes:
@@ -274,6 +276,16 @@ class SuffixDrafter:
     def report(self, stage: str, t: float, round_: int) -> list:
         """After drafting: the :class:`SuffixMatch` event of the proposal (nothing after an observation)."""
         return [match_event(t, round_, self.last)] if stage == "draft" and self.last else []
+
+
+def evidence(match: Match) -> tuple:
+    """The kind of match a token was proposed on, as ``gamma=auto`` tells kinds apart (its acceptance is
+    learned per kind): how long the n-gram (4 or more alike), how often the token followed it (3 or more
+    alike), whether it always did, and whether only earlier answers had it. On the 42 turns of
+    ``data/prompts.jsonl`` a token after a 4-gram it always followed was accepted 0.84–0.99 of the time, one
+    after a single token that other answers continued otherwise 0.05–0.11."""
+    return ("suffix", min(match.length, 4), min(match.count, 3), match.count == match.total,
+            match.origin == "corpus")
 
 
 def match_event(t: float, round_: int, matches: list[tuple[int, Match]]) -> SuffixMatch:

@@ -6,7 +6,8 @@ round closes as every round does (:func:`engines.core.round.close_round`): the v
 accepted prefix plus one target token, and the cache is cropped to match.
 Drafters that learn from the target's hidden states (trained exit heads, EAGLE) name the layers they
 need in ``observe_layers`` and are shown those states for every committed position. ``gamma=None``
-chooses the draft length every round (:mod:`engines.core.draft_length`).
+chooses the draft length every round (:mod:`engines.core.draft_length`); a drafter that names the evidence
+behind each token (``evidence_per_token``) proposes all it can and the round verifies the prefix that pays.
 """
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
     while not out.done:
         round_ += 1
         started = trace.now()
-        length = auto.choose(out.remaining - 1) if auto else min(gamma, out.remaining - 1)
+        by_evidence = auto is not None and getattr(drafter, "evidence_per_token", False)
+        if auto:
+            length = auto.limit(out.remaining - 1) if by_evidence else auto.choose(out.remaining - 1)
+        else:
+            length = min(gamma, out.remaining - 1)
         draft = drafter.propose(out.ids, length, ctx.sampler)
+        if by_evidence and draft.evidence is not None:
+            draft = draft.prefix(auto.cut(draft.evidence))
         chain = chain_tree(draft.tokens, draft.probs, draft.logprobs)
         draft_seconds = trace.now() - started
         if trace.detailed:
@@ -46,4 +53,4 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
         verdict = yield from close_round(ctx, out, cache, round_, chain, logits, started,
                                          observe=observe_rows(drafter, seen), drafter=drafter)
         if auto and draft.tokens:
-            auto.update(len(draft.tokens), verdict.n_accepted, draft_seconds)
+            auto.update(len(draft.tokens), verdict.n_accepted, draft_seconds, draft.evidence)
