@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engines.core.draft_tree import DraftTreeNodes, TreeNode
-from engines.core.sampling import Sampler
+from engines.core.sampling import Sampler, greedy_tokens
 
 RULES = ("exact", "token_match", "typical")
 TYPICAL_EPSILON, TYPICAL_DELTA = 0.09, 0.3
@@ -123,7 +123,7 @@ class _TargetRows:
         self.greedy = sampler.greedy
         self.residual: dict[int, torch.Tensor] = {}  # row -> p after refusals there
         if self.greedy:  # every rule's T = 0 case: a point mass on each row's argmax
-            self.argmax = logits.argmax(-1).tolist()
+            self.argmax = greedy_tokens(logits)
             return
         self.probs = sampler.probs(logits)
         self.first_p, self.first_q = _node_probabilities(tree, self.probs)

@@ -13,7 +13,7 @@ from typing import Hashable, Protocol, Sequence
 import torch
 
 from engines.core.context import DecodeContext
-from engines.core.sampling import Sampler
+from engines.core.sampling import Sampler, greedy_token
 from engines.model.kv_cache import KVCache
 
 
@@ -65,7 +65,7 @@ class Drafter(Protocol):
 def sample_draft_token(logits: torch.Tensor, sampler: Sampler) -> tuple[int, torch.Tensor | None]:
     """The drafter's own choice from one row of logits: argmax when greedy, else a sample from q."""
     if sampler.greedy:
-        return int(logits.argmax()), None
+        return greedy_token(logits), None
     q = sampler.probs(logits[None])[0]
     return sampler.draw(q), q
 
@@ -82,7 +82,7 @@ def draft_token(logits: torch.Tensor, columns: torch.Tensor | None, vocab_size: 
     over every token)."""
     row = logits.float()
     if sampler.greedy:
-        column = int(row.argmax())
+        column = greedy_token(row)
         token = column if columns is None else int(columns[column])
         return token, None, float(row[column] - torch.logsumexp(row, -1))
     full = row

@@ -32,6 +32,7 @@ import torch
 from engines.core.context import DRAFT_MARGIN, DecodeContext, Transcript, prefill
 from engines.core.draft_tree import DraftTreeNodes, TreeNode, tree_mask_over
 from engines.core.round import close_round, draft_event
+from engines.core.sampling import greedy_tokens
 from engines.core.trace import Event, ShallowVerification
 from engines.drafters import EarlyExitDrafter
 from engines.drafters.early_exit import SyncedHead
@@ -107,7 +108,7 @@ class Cats(Method):
             started = trace.now()
             shallow = target.run(draft.hidden, dm, sv, cache)  # one parallel pass, layers [dm, sv)
             verifier.sync()
-            checked = verifier.logits(shallow).argmax(-1).tolist()
+            checked = greedy_tokens(verifier.logits(shallow))
             tree, mismatches = correction_tree(draft.tokens, draft.probs, draft.logprobs, checked, dm_name)
             if trace.detailed:
                 yield ctx.span("sv", round_, started)

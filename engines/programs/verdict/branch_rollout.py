@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from engines.core.sampling import Sampler
+from engines.core.sampling import Sampler, greedy_token
 from engines.drafters.heads import SharedHead
 from engines.drafters.streaming import StreamingDraft
 from engines.model.layers import LayerStack, decoder_pass
@@ -206,7 +206,7 @@ class BranchDrafter:
     @staticmethod
     def _draw(logits: torch.Tensor, depth: int, sampler: Sampler, shape: Shaper | None, branch: Branch):
         if sampler.greedy:
-            return int(logits.argmax()), None
+            return greedy_token(logits), None
         q = sampler.probs(logits[None])[0]
         if shape is not None:
             q, moved = shape(depth, q)
