@@ -82,7 +82,9 @@ OPTION_HELP = {
     "c": "C: SAGUARO's fan-out constant (1 = off); it matters only when sampling.",
     "kappa": "κ: candidates per drafted position in Mirror-SD's early-exit top list.",
 }
-AUTO_HELP = "auto: chosen every round from this machine's measured verify cost and the run's acceptance so far."
+AUTO_HELP = ("auto: chosen every round from this machine's measured verify cost and the run's acceptance so far; a "
+             "model-free draft (suffix, prompt lookup) is cut token by token, by how often each kind of match was "
+             "accepted.")
 UNSET = "unset"  # the URL's spelling of an option left at None
 
 
