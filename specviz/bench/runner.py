@@ -34,8 +34,10 @@ from .llamacpp_peer import PEER_METHODS
 from .method_specs import _SPEC, MethodSpec, parse_method
 from .tallies import Tally
 
-DEFAULT_METHODS = ["ar", "hf_ar", "pld", "hf_pld", "sps(draft=suffix)", "sps(draft_layers=4)", "sps(draft_layers=26)",
-                   "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
+# the model-free drafts twice: at their papers' fixed γ, and at gamma=auto, the fastest on a CPU (each token
+# verified only where its kind of match pays: docs/verify-cost.md)
+DEFAULT_METHODS = ["ar", "hf_ar", "pld", "pld(gamma=auto)", "hf_pld", "sps(draft=suffix)", "sps(draft=suffix,gamma=auto)",
+                   "sps(draft_layers=4)", "sps(draft_layers=26)", "eesd(exit_layer=8)", "eesd(exit_layer=26)"]
 TRAINED_METHODS = {  # method → the shipped drafter it needs
     "sps(draft=tiny)": "tiny", "sps(draft=tiny,full_vocab=true)": "tiny", "hf_assisted": "tiny",
     "sps(draft=eagle)": "eagle", "sps(draft=ss)": "ss", "eesd(exit_layer=8,head=norm)": "exit@8-norm",
