@@ -153,8 +153,8 @@ def test_the_grafted_chain_has_its_own_length(engine):
         engine.run(PROMPTS[0], "eagle", merge_suffix=True, suffix_depth=0, max_new_tokens=4)
 
 
-def test_the_match_view_builds_from_a_run(engine):
-    from specviz.views.suffix_match import match_summary, suffix_match_figure, suffix_matches
+def test_the_match_view_builds_from_a_run(engine, monkeypatch):
+    from specviz.views.suffix_match import NOT_VERIFIED, match_summary, suffix_match_figure, suffix_matches
 
     engine.run(PROMPTS[0], "ar", max_new_tokens=24)  # an earlier answer for the corpus
     result = engine.run(PROMPTS[0] + [3], "sps", draft="suffix", gamma=4, max_new_tokens=24)
@@ -167,6 +167,11 @@ def test_the_match_view_builds_from_a_run(engine):
     figure = suffix_match_figure(result.events)
     assert len(figure.data) >= 5 and "copied from" in figure.layout.annotations[0].text
     assert "No suffix drafts" in suffix_match_figure(engine.run(PROMPTS[0], "ar", max_new_tokens=4).events).layout.title.text
+    assert NOT_VERIFIED not in [trace.name for trace in figure.data]  # γ = 4: every proposed token was sent
+    monkeypatch.setattr(engine.verify_cost(), "cost", lambda n: 0.01 * n)  # nothing pays: every draft is cut
+    cut = engine.run(PROMPTS[0] + [3], "sps", draft="suffix", gamma="auto", max_new_tokens=24)
+    assert cut.stats.drafted == 0 and any(r["outcome"] == "unsent" for r in suffix_matches(cut.events))
+    assert NOT_VERIFIED in [trace.name for trace in suffix_match_figure(cut.events).data]
 
 
 # --- exactness under sampling -----------------------------------------------------------------------------

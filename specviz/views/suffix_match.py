@@ -56,17 +56,22 @@ def match_summary(rows: Sequence[dict]) -> dict[str, dict]:
     return summary
 
 
+# proposed but never sent to the target: cut by gamma=auto (its kind of match did not pay) or pruned from a tree
+NOT_VERIFIED = "not verified (cut by gamma=auto, or pruned)"
+
+
 def suffix_match_figure(events: Sequence[Event]) -> go.Figure:
     """Three panels: accepted suffix drafts per round by origin (stacked); the position in its source each
     drafted token was copied from, by round (filled: kept, open: refused; size: match length); the match
-    lengths of kept and refused tokens (stacked)."""
+    lengths of kept, refused and never verified tokens (stacked): with ``gamma=auto`` the short matches a run
+    learned to distrust pile up in the last."""
     rows = suffix_matches(events)
     if not rows:
         return _empty("No suffix drafts in this run (sps(draft=suffix), eagle(merge_suffix=true), ssd(backup=suffix)).")
     fig = make_subplots(rows=3, cols=1, vertical_spacing=0.1, subplot_titles=(
         "accepted suffix drafts per round, by where they were copied from",
         "where each drafted token was copied from (filled: kept, open: refused; size: match length)",
-        "match length of kept and refused tokens"))
+        "match length of kept, refused and unverified tokens"))
     rounds = sorted({r["round"] for r in rows})
     for origin in ORIGINS:
         kept = Counter(r["round"] for r in rows if r["origin"] == origin and r["outcome"] == "accepted")
@@ -84,10 +89,12 @@ def suffix_match_figure(events: Sequence[Event]) -> go.Figure:
                 hovertemplate=(f"{label}" + "<br>position %{y}, document %{customdata[3]}<br>match length "
                                "%{customdata[0]}, seen %{customdata[1]} of %{customdata[2]}<br>%{customdata[4]}"
                                "<extra></extra>")), row=2, col=1)
-    for outcome, colour in (("accepted", "#2ca02c"), ("rejected", "#d62728")):
+    for outcome, colour, label in (("accepted", "#2ca02c", "accepted"), ("rejected", "#d62728", "rejected"),
+                                   ("unsent", "#9e9e9e", NOT_VERIFIED)):
         lengths = Counter(r["length"] for r in rows if r["outcome"] == outcome)
-        fig.add_trace(go.Bar(x=sorted(lengths), y=[lengths[n] for n in sorted(lengths)], name=outcome,
-                             marker_color=colour, opacity=0.8), row=3, col=1)
+        if lengths or outcome != "unsent":
+            fig.add_trace(go.Bar(x=sorted(lengths), y=[lengths[n] for n in sorted(lengths)], name=label,
+                                 marker_color=colour, opacity=0.8), row=3, col=1)
     fig.update_layout(barmode="stack", height=760, margin=dict(t=60, b=40))
     fig.update_xaxes(title_text="round", row=1, col=1)
     fig.update_xaxes(title_text="round", row=2, col=1)
