@@ -110,6 +110,8 @@ def main() -> None:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--limit", type=int, default=36, help="prompts of data/prompts.jsonl (all 36 by default)")
     args = parser.parse_args()
+    if args.limit < 1:
+        parser.error(f"--limit must be at least 1 (prompts to replay), got {args.limit}")
     engine = Engine.load(dtype=args.dtype)
     curve = engine.verify_cost()
     one_step = curve.cost(1)
