@@ -192,6 +192,9 @@ def test_markdown_table_shape():
     text = to_markdown(results)
     assert "| ar | 10.0 | 1.00× | 1.00 | — | — | 100% |" in text
     assert "by draft position" not in text  # nothing drafted, no position table
+    forced = {**results["setup"], "machine": "x", "step": "s", "native_isa": "avx2"}
+    assert "the AVX2 build, forced" in to_markdown({**results, "setup": forced})
+    assert "AVX2" not in to_markdown({**results, "setup": {**forced, "native_isa": "native"}})
 
 
 def test_recorded_prompt_paths_do_not_name_the_machine(tmp_path):

@@ -28,7 +28,9 @@ def to_markdown(results: dict) -> str:
              f"{setup['n_prompts']} prompts from `{setup['prompts']}`, {setup['max_new_tokens']} new tokens, "
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
              "bonus/correction token; α = accepted ÷ drafted.", "",
-             *([f"Machine: {setup['machine']}. Step: {setup['step']}.", ""] if setup.get("step") else []),
+             *([f"Machine: {setup['machine']}. Step: {setup['step']}"
+                + (" (the AVX2 build, forced with --isa avx2)." if setup.get("native_isa") == "avx2" else "."), ""]
+               if setup.get("step") else []),
              "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",
              "|---|---|---|---|---|---|---|"]
     virtual = {label for label, m in methods.items() if m["overall"].get("clock") == "virtual"}
