@@ -151,16 +151,25 @@ def test_a_draft_with_evidence_is_cut_where_its_doubtful_tokens_begin():
     from engines.core.draft_length import DraftLength
     from engines.drafters.base import Draft, point_masses
 
-    length = DraftLength(lambda n: 1.0 + 0.2 * (n - 1), max_gamma=16)
+    curve = lambda n: 1.0 + 0.2 * (n - 1)  # noqa: E731
+    length = DraftLength(curve, max_gamma=16)
+    assert length.limit(99) == 16  # nothing judged yet: the drafter proposes all it can
     for _ in range(20):  # "sure" tokens always accepted; "doubtful" ones never, once reached
         length.update(drafted=3, accepted=2, draft_seconds=0.0, evidence=["sure", "sure", "doubtful"])
-    assert length.alpha_for("sure") == pytest.approx(41 / 42) and length.alpha_for("doubtful") == pytest.approx(1 / 22)
-    assert length.alpha_for("never judged") == 0.5  # the prior: tried, not trusted
+    overall = 41 / 62  # every kind together, from the prior of one hit in two
+    assert length.alpha == pytest.approx(overall)
+    assert length.alpha_for("sure") == pytest.approx((40 + 2 * overall) / 42)  # its record, shrunk to the run's
+    assert length.alpha_for("doubtful") == pytest.approx(2 * overall / 22)
+    assert length.alpha_for("never judged") == pytest.approx(overall)  # tried at what the drafter is worth so far
     assert length.cut(["sure", "sure", "doubtful", "sure"]) == 2
     assert length.cut(["doubtful", "sure"]) == 0  # a doubtful first token: verify nothing, one step's cost
     assert length.cut([]) == 0
     length.update(drafted=3, accepted=0, draft_seconds=0.0, evidence=["sure", "doubtful", "doubtful"])
-    assert length.by_evidence["doubtful"][1] == 22  # positions after the rejection were never judged
+    assert length.by_evidence["doubtful"][1] == 20  # positions after the rejection were never judged
+    hopeless = DraftLength(curve, max_gamma=16)
+    for _ in range(20):
+        hopeless.update(drafted=4, accepted=0, draft_seconds=0.0, evidence=["bad"] * 4)
+    assert hopeless.limit(99) == 1 and length.limit(99) > 4  # no kind pays a long proposal: propose one
     draft = point_masses([4, 5, 6], ["a", "b", "c"]).prefix(2)
     assert (draft.tokens, draft.logprobs, draft.evidence) == ([4, 5], [0.0, 0.0], ["a", "b"])
     with pytest.raises(ValueError, match="early-exit"):

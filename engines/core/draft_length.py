@@ -18,7 +18,9 @@ tokens averages a continuation seen three times after a 4-gram (accepted ~0.9 of
 ``data/prompts.jsonl``) with one seen once after a single token (~0.1), so a round either verifies the
 doubtful ones or cuts the sure ones short; judged apart, a round whose first token is doubtful verifies
 nothing and costs one step (``docs/verify-cost.md``, "Drafts cut by their evidence"). A kind of evidence
-never judged starts from the same prior of one hit in two, so it is tried.
+never judged starts from the run's estimate over all kinds, and its own record outweighs that as it grows: at
+T = 1, where a copied token is accepted far less often, a prior of one hit in two for each of the suffix
+drafter's ~50 kinds cost more verification than the kinds saved.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class DraftLength:
         self.max_gamma = max_gamma
         self.prior = (prior_hits, prior_trials)
         self.hits, self.trials = prior_hits, prior_trials
-        self.by_evidence: dict[Hashable, list[float]] = {}  # kind of evidence → [hits, trials], prior included
+        self.by_evidence: dict[Hashable, list[float]] = {}  # kind of evidence → [hits, trials] judged
         self.draft_seconds = 0.0
         self.drafted = 0
 
@@ -46,29 +48,41 @@ class DraftLength:
         return self.hits / self.trials
 
     def alpha_for(self, evidence: Hashable) -> float:
-        """The per-position acceptance estimate of tokens proposed on ``evidence`` (the prior if never judged)."""
-        hits, trials = self.by_evidence.get(evidence, self.prior)
-        return hits / trials
+        """The per-position acceptance estimate of tokens proposed on ``evidence``: its own hits and trials, shrunk
+        towards the run's estimate over every kind (:attr:`alpha`) by as many trials as the prior holds. A kind
+        never judged starts at what the drafter's tokens have been worth so far in this run."""
+        hits, trials = self.by_evidence.get(evidence, (0.0, 0.0))
+        weight = self.prior[1]
+        return (hits + weight * self.alpha) / (trials + weight)
 
     @property
     def seconds_per_draft_token(self) -> float:
         return self.draft_seconds / self.drafted if self.drafted else 0.0
 
-    def expected_tokens(self, gamma: int) -> float:
-        a = min(self.alpha, 1 - 1e-9)
+    def expected_tokens(self, gamma: int, alpha: float | None = None) -> float:
+        a = min(self.alpha if alpha is None else alpha, 1 - 1e-9)
         return (1 - a ** (gamma + 1)) / (1 - a)
 
     def limit(self, limit: int) -> int:
-        """How many tokens a drafter with evidence may propose: all the round may commit, up to ``max_gamma``."""
-        return max(0, min(self.max_gamma, limit))
+        """How many tokens a drafter with evidence may propose: as many as would pay if every one were of the
+        best kind seen so far (a kind never judged counts at :attr:`alpha`), up to ``max_gamma`` and what the
+        round may commit. Why a bound: proposing costs the drafter's Python per token, and where copies are
+        rarely accepted (sampling at T = 1) a proposal of 16 that the cut shortens to 0 or 1 was most of c."""
+        limit = max(0, min(self.max_gamma, limit))
+        if limit < 1 or not self.by_evidence:
+            return limit
+        best = max([self.alpha] + [self.alpha_for(kind) for kind in self.by_evidence])
+        return self.choose(limit, best, drafting=False)
 
-    def choose(self, limit: int) -> int:
-        """Best γ in [1, min(max_gamma, limit)]; ``limit`` < 1 (nothing left to draft) gives 0."""
+    def choose(self, limit: int, alpha: float | None = None, drafting: bool = True) -> int:
+        """Best γ in [1, min(max_gamma, limit)] at acceptance ``alpha`` (the run's estimate when None), the draft
+        steps priced unless ``drafting`` is off; ``limit`` < 1 (nothing left to draft) gives 0."""
+        limit = max(0, min(self.max_gamma, limit))
         if limit < 1:
             return 0
-        step = self.seconds_per_draft_token
-        return max(range(1, self.limit(limit) + 1),
-                   key=lambda g: self.expected_tokens(g) / (g * step + self.verify_seconds(g + 1)))
+        step = self.seconds_per_draft_token if drafting else 0.0
+        return max(range(1, limit + 1),
+                   key=lambda g: self.expected_tokens(g, alpha) / (g * step + self.verify_seconds(g + 1)))
 
     def cut(self, evidence: Sequence[Hashable]) -> int:
         """How many of a proposal's tokens to verify (0 … len(evidence)): the prefix with the most expected
@@ -93,6 +107,6 @@ class DraftLength:
         for i, kind in enumerate((evidence or ())[:drafted]):
             if i > accepted:  # never judged: the round ended at the rejection before it
                 break
-            tally = self.by_evidence.setdefault(kind, list(self.prior))
+            tally = self.by_evidence.setdefault(kind, [0.0, 0.0])
             tally[0] += i < accepted
             tally[1] += 1
