@@ -11,16 +11,16 @@ round takes the γ with the most expected tokens per second; at least one token 
 estimate keeps being measured.
 
 A drafter that says why it proposes each token (``Draft.evidence``: the model-free drafters name the
-n-gram match behind each token) is judged token by token instead: it proposes as many as it can, and the
-round keeps the prefix with the most expected tokens per second, where position i is accepted with the
+n-gram match behind each token) is judged token by token instead: it proposes as many as could pay (as if
+each were of the best kind seen so far), and the round keeps the prefix with the most expected tokens per second, where position i is accepted with the
 run's own estimate for its kind of evidence (:meth:`DraftLength.cut`). Why: one a for all of a drafter's
 tokens averages a continuation seen three times after a 4-gram (accepted ~0.9 of the time on
 ``data/prompts.jsonl``) with one seen once after a single token (~0.1), so a round either verifies the
 doubtful ones or cuts the sure ones short; judged apart, a round whose first token is doubtful verifies
 nothing and costs one step (``docs/verify-cost.md``, "Drafts cut by their evidence"). A kind of evidence
-never judged starts from the run's estimate over all kinds, and its own record outweighs that as it grows: at
-T = 1, where a copied token is accepted far less often, a prior of one hit in two for each of the suffix
-drafter's ~50 kinds cost more verification than the kinds saved.
+never judged starts from the run's estimate over all kinds rather than from a fixed prior, and its own record
+outweighs that as it grows: where copies are rarely accepted (sampling at T = 1) each of the suffix drafter's
+~50 kinds is not tried afresh at one in two.
 """
 
 from __future__ import annotations
