@@ -1,5 +1,7 @@
 """Kernel plans and the verify-cost curve, on tiny random models (the real curve is measured by the CLI)."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -199,3 +201,21 @@ def test_stock_kernels_restores_the_plan():
     with stock_kernels(model):
         assert not any(isinstance(m, PlannedLinear) for m in model.modules())
     assert all(m.plan is plan for m in model.modules() if isinstance(m, PlannedLinear))
+
+
+def test_the_draft_cut_replay_prices_rounds_by_the_curve():
+    """scripts/draft_cut_replay.py's arithmetic, on hand-made positions: the figures docs/verify-cost.md quotes
+    stand on it. One answer of 6 tokens; at each position the drafter proposes 3 tokens of one kind, and ar's
+    answer accepts ``right`` of them."""
+    from tests.source_files import load_source
+
+    replay = load_source("draft_cut_replay", Path(__file__).resolve().parents[1] / "scripts" / "draft_cut_replay.py")
+    positions = [[(["k"] * 3, right) for right in (3, 0, 0, 0, 0, 0)]]
+    flat = lambda n: 1.0  # noqa: E731
+    # γ = 3 on a flat curve: position 0 commits 3 + 1 (to 4); position 4 verifies the 1 token left room for and
+    # commits the target's own; position 5, the last, drafts nothing: 6 tokens in 3 rounds of one step each
+    assert replay.replay(positions, flat, lambda kinds, right: 3) == pytest.approx(6 / 3)
+    steep = lambda n: float(n)  # noqa: E731  every verified token costs a whole step: nothing beats ar
+    rows = replay.table(positions, steep, [1, 3])
+    assert rows["γ = 3"] == pytest.approx(6 / 7)  # 4 tokens for 4 steps, then a refused token's wasted step
+    assert rows["oracle"] == pytest.approx(1.0) and rows["evidence"] <= rows["oracle"]
