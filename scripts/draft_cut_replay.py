@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engines.core.draft_length import DraftLength  # noqa: E402
-from engines.drafters.prompt_lookup import lookup_match  # noqa: E402
+from engines.drafters.prompt_lookup import PromptLookupDrafter  # noqa: E402
 from engines.drafters.suffix import SuffixCorpus, SuffixDrafter, evidence  # noqa: E402
 from engines.engine import Engine  # noqa: E402
 from specviz.prompts import load_prompts  # noqa: E402
@@ -56,17 +56,13 @@ def proposals(turns, drafter: str) -> list[list[tuple[list, int]]]:
     accepts there."""
     corpus, replayed = SuffixCorpus(), []
     for prompt, answer in turns:
-        suffix = SuffixDrafter(corpus=corpus)
+        suffix, lookup = SuffixDrafter(corpus=corpus), PromptLookupDrafter()
         suffix.begin(prompt)
         positions = []
         for at in range(len(answer)):
             context = prompt + answer[:at]
-            if drafter == "suffix":
-                draft = suffix.propose(context, LONGEST)
-                tokens, kinds = draft.tokens, draft.evidence
-            else:
-                tokens, _, n = lookup_match(context, 3, 1, LONGEST)
-                kinds = [("lookup", n)] * len(tokens)
+            draft = (suffix if drafter == "suffix" else lookup).propose(context, LONGEST, None)
+            tokens, kinds = draft.tokens, draft.evidence or []
             accepted = 0
             while accepted < len(tokens) and at + accepted < len(answer) and tokens[accepted] == answer[at + accepted]:
                 accepted += 1

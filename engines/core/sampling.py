@@ -30,7 +30,7 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
 
 def greedy_token(logits: torch.Tensor) -> int:
     """:func:`greedy_tokens` of one row ``[V]``."""
-    return greedy_tokens(logits.reshape(-1))
+    return greedy_tokens(logits.reshape(1, -1))[0]
 
 
 def _real(value) -> bool:

@@ -26,6 +26,7 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
                        verify_seconds: Callable[[int], float] | None = None) -> Iterator[Event]:
     trace = ctx.trace
     auto = DraftLength(verify_seconds) if gamma is None else None
+    by_evidence = auto is not None and getattr(drafter, "evidence_per_token", False)
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache, out, opening = open_with_drafter(ctx, drafter)
     yield from opening
@@ -33,7 +34,6 @@ def speculative_decode(ctx: DecodeContext, drafter: Drafter, gamma: int | None,
     while not out.done:
         round_ += 1
         started = trace.now()
-        by_evidence = auto is not None and getattr(drafter, "evidence_per_token", False)
         if auto:
             length = auto.limit(out.remaining - 1) if by_evidence else auto.choose(out.remaining - 1)
         else:

@@ -229,17 +229,18 @@ def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prom
             "row_invariant": engine.target.row_invariant, "device": engine.device, "threads": torch.get_num_threads(),
             **({"cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()}
                if engine.device.startswith("cuda") else {}),
-            "machine": machine_name(), **native_build(), "torch": torch.__version__,
+            "machine": machine_name(), **native_build(engine), "torch": torch.__version__,
             "prompts": project_relative(prompts_path), "n_prompts": n_prompts, "max_new_tokens": max_new_tokens,
             "temperature": temperature, "complete": complete}
 
 
-def native_build() -> dict:
-    """Which build of the native step ran (``{"native_isa": "native" | "avx2"}``), where one ran: a run under
-    ``--isa avx2`` must say so beside its figures, since the same CPU gives other ones with its own build."""
+def native_build(engine: Engine) -> dict:
+    """Which build of the native step ran (``{"native_isa": "native" | "avx2"}``), where the engine's target runs
+    on one (nothing is built for a GPU run): a run under ``--isa avx2`` must say so beside its figures, since the
+    same CPU gives other ones with its own build."""
     from engines.model.native import step as native_step
 
-    info = native_step.build_info()
+    info = native_step.build_info() if engine.target.native is not None else None
     return {"native_isa": info.isa} if info is not None else {}
 
 
