@@ -8,7 +8,7 @@ the AVX2 build any x86 machine can make) and counts, in every function whose nam
 
 - spills: moves of whole ymm/zmm registers, or of xmm registers where the vector is 128 bits (NEON-class builds
   are not disassembled here), to or from the stack (``(%rsp)``/``(%rbp)``);
-- multiplies: FMAs and bf16 dot products.
+- multiplies: FMAs, bf16 dot products and int8 dot products (`vpdpbusd`).
 
 It reads the library the engine itself built and cached (building it where it is missing).
 
@@ -40,7 +40,7 @@ FUNCTION = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$")
 STACK = r"\((%rsp|%rbp)\)"
 VECTOR_MOVE = re.compile(r"\bv?mov(aps|ups|apd|upd|dqa|dqu|dqa32|dqa64|dqu8|dqu16|dqu32|dqu64)\b")
 WIDE = re.compile(r"%[yz]mm\d+")
-MULTIPLY = re.compile(r"\b(vfn?madd\w*|vdpbf16ps|tdpbf16ps)\b")
+MULTIPLY = re.compile(r"\b(vfn?madd\w*|vdpbf16ps|tdpbf16ps|vpdpbusd)\b")
 
 
 def disassemble(isa: str) -> str:

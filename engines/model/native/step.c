@@ -363,15 +363,19 @@ int specviz_pack(const void *w, int64_t N, int64_t K, int bf16, void *out) {
  * outputs 0-7's pairs, v % 2 == 1 outputs 8-15's). Q8_0 (576 bytes): 16 fp16 d, 32 bytes of padding (chunks stay
  * line-aligned), then 8 chunks whose lane l holds 4 bytes u = q + 128: byte v of chunk c for output
  * 8·(v % 2) + l / 2 at k = 2·(2c + v / 2) + l % 2. */
-enum { PLAIN = 0, Q4_1 = 1, Q8_0 = 2 };
+enum { PLAIN = 0, Q4_1 = 1, Q8_0 = 2, Q4_1_I8 = 3, Q8_0_I8 = 4 };
 #define QBLOCK 32
 #define QGROUP 16
-static inline int64_t quantized_group_bytes(int fmt) { return fmt == Q4_1 ? 320 : 576; }
+/* Q4_1_I8, Q8_0_I8: the same blocks laid out for integer dot products against inputs quantized to int8 (the int8
+ * products below); their bytes are the format's own. */
+static inline int is_int8(int fmt) { return fmt == Q4_1_I8 || fmt == Q8_0_I8; }
+static inline int base_format(int fmt) { return is_int8(fmt) ? fmt - 2 : fmt; }
+static inline int64_t quantized_group_bytes(int fmt) { return base_format(fmt) == Q4_1 ? 320 : 576; }
 static inline int64_t quantized_panel_bytes(int64_t K, int fmt) {
     return K / QBLOCK * (P / QGROUP) * quantized_group_bytes(fmt);
 }
 static inline int quantized_shape_ok(int64_t K, int fmt) {
-    return (fmt == Q4_1 || fmt == Q8_0) && P % QGROUP == 0 && K >= QBLOCK && K % QBLOCK == 0;
+    return fmt >= Q4_1 && fmt <= Q8_0_I8 && P % QGROUP == 0 && K >= QBLOCK && K % QBLOCK == 0;
 }
 
 /* bytes of one panel as stored: a quantized panel's, or a plain panel's in the model's dtype */
@@ -449,12 +453,25 @@ static inline const uint8_t *group_block(const uint8_t *panel, int fmt, int64_t 
 #define QPAIRS 0
 #endif
 static inline void chunk_place(int fmt, int c, int l, int v, int *o, int *k) {
-    if (QPAIRS) {
+    if (is_int8(fmt)) { /* lane l is output l; a lane's four bytes are four k in a row (the int8 products' layout) */
+        *o = l;
+        *k = fmt == Q4_1_I8 ? 16 * (v / 4) + 4 * c + v % 4 : 4 * c + v;
+    } else if (QPAIRS) {
         *o = 8 * (v % 2) + l / 2;
         *k = 2 * (fmt == Q4_1 ? 4 * c + v / 2 : 2 * c + v / 2) + l % 2;
     } else {
         *o = l;
         *k = (fmt == Q4_1 ? 8 : 4) * c + v;
+    }
+}
+
+/* Where value v of a chunk's lane sits in its 32 bits: Q4_1's nibbles in turn, Q8_0's bytes; Q4_1_I8's values 0-3 in
+ * the low nibbles of the four bytes, 4-7 in the high ones (one mask gives four k in a row, a shift the next four). */
+static inline int value_shift(int fmt, int v) {
+    switch (fmt) {
+    case Q4_1: return 4 * v;
+    case Q4_1_I8: return 8 * (v % 4) + 4 * (v / 4);
+    default: return 8 * v;
     }
 }
 
@@ -464,8 +481,9 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
     if (!blocks || !out) return SPECVIZ_BAD_POINTER;
     if (N < 1 || K < 1) return SPECVIZ_BAD_SHAPE;
     if (!quantized_shape_ok(K, fmt)) return SPECVIZ_BAD_FORMAT;
-    const int64_t row_bytes = K / QBLOCK * (fmt == Q4_1 ? 20 : 34), groups = P / QGROUP;
-    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    const int base = base_format(fmt);
+    const int64_t row_bytes = K / QBLOCK * (base == Q4_1 ? 20 : 34), groups = P / QGROUP;
+    const int chunks = base == Q4_1 ? 4 : 8, values = base == Q4_1 ? 8 : 4;
     memset(out, 0, (size_t)specviz_quantized_bytes(N, K, fmt));
     const int64_t panels = (N + P - 1) / P;
 #pragma omp parallel for schedule(static) /* panels apart, as specviz_pack */
@@ -477,17 +495,18 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
                 int q[QGROUP][QBLOCK] = {{0}}; /* rows past N: d = m = 0 and q = 0, weights 0 as specviz_pack pads */
                 for (int o = 0; o < QGROUP; o++) {
                     const int64_t n = p * P + g * QGROUP + o;
-                    if (n < N) gguf_block(blocks + n * row_bytes, fmt, b, &d[o], &m[o], q[o]);
+                    if (n < N) gguf_block(blocks + n * row_bytes, base, b, &d[o], &m[o], q[o]);
                 }
                 memcpy(at, d, sizeof d);
-                if (fmt == Q4_1) memcpy(at + 32, m, sizeof m);
+                if (base == Q4_1) memcpy(at + 32, m, sizeof m);
                 for (int c = 0; c < chunks; c++)
                     for (int l = 0; l < 16; l++) {
                         uint32_t lane = 0;
                         for (int v = 0; v < values; v++) {
                             int o, k;
                             chunk_place(fmt, c, l, v, &o, &k);
-                            lane |= fmt == Q4_1 ? (uint32_t)q[o][k] << 4 * v : (uint32_t)(uint8_t)(q[o][k] + 128) << 8 * v;
+                            lane |= (base == Q4_1 ? (uint32_t)q[o][k] : (uint32_t)(uint8_t)(q[o][k] + 128))
+                                    << value_shift(fmt, v);
                         }
                         memcpy(at + 64 + 64 * c + 4 * l, &lane, 4);
                     }
@@ -499,7 +518,7 @@ int specviz_pack_quantized(const uint8_t *blocks, int fmt, int64_t N, int64_t K,
 /* One panel widened, weight by weight, into the build's plain panel layout: the reference, and the path of
  * builds without a vector one. */
 static void unpack_panel_scalar(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out) {
-    const int chunks = fmt == Q4_1 ? 4 : 8, values = fmt == Q4_1 ? 8 : 4;
+    const int base = base_format(fmt), chunks = base == Q4_1 ? 4 : 8, values = base == Q4_1 ? 8 : 4;
     for (int64_t g = 0; g < P / QGROUP; g++)
         for (int64_t b = 0; b < K / QBLOCK; b++) {
             const uint8_t *block = panel + (g * (K / QBLOCK) + b) * quantized_group_bytes(fmt);
@@ -513,11 +532,11 @@ static void unpack_panel_scalar(const uint8_t *panel, int fmt, int64_t K, int bf
                         uint16_t dh, mh = 0;
                         memcpy(&dh, block + 2 * o, 2);
                         float w;
-                        if (fmt == Q4_1) {
+                        if (base == Q4_1) {
                             memcpy(&mh, block + 32 + 2 * o, 2);
-                            w = half_to_f32(dh) * (float)(lane >> 4 * v & 15) + half_to_f32(mh); /* d·q exact */
+                            w = half_to_f32(dh) * (float)(lane >> value_shift(fmt, v) & 15) + half_to_f32(mh); /* d·q exact */
                         } else {
-                            w = half_to_f32(dh) * (float)((int)(lane >> 8 * v & 255) - 128);
+                            w = half_to_f32(dh) * (float)((int)(lane >> value_shift(fmt, v) & 255) - 128);
                         }
                         const int64_t n = g * QGROUP + o, k = b * QBLOCK + kb;
                         const int64_t at = PAIRS(bf16) ? (k / 2 * P + n) * 2 + k % 2 : k * P + n;
@@ -708,6 +727,10 @@ UNROLL
 
 /* One stored quantized panel widened into out (a plain panel of the model's dtype). */
 static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
+    if (is_int8(fmt)) { /* only ever widened to check the packing against the weight (products never widen them) */
+        unpack_panel_scalar(panel, fmt, K, bf16, out);
+        return;
+    }
 #ifdef SPECVIZ_DPBF16
     if (bf16) {
         unpack_panel_bf16(panel, fmt, K, (uint16_t *)out, next);
@@ -743,8 +766,19 @@ int specviz_unpack_quantized(const uint8_t *packed, int fmt, int64_t N, int64_t 
 typedef struct {
     float *f;    /* [Kp, ld] fp32 */
     uint16_t *h; /* [Kp / 2, ld, 2] bf16 (dpbf16 only) */
+    /* The int8 products' form of the same rows (quantize_rows), each block of 32 k of a row apart: q8 [Kp / 4, ld]
+     * four int8 of k in a row, then in the same allocation [Kp / 32, ld] each of the block's scale (float), its q's
+     * sum as a float and as an int (input_scale, input_qsum, input_isum: one pointer, so that the struct stays
+     * small enough to be copied in registers). */
+    uint32_t *q8;
     int64_t Kp, ld;
 } Input;
+
+static inline float *input_scale(const Input *in) { return (float *)(void *)(in->q8 + in->Kp / 4 * in->ld); }
+static inline float *input_qsum(const Input *in) { return input_scale(in) + in->Kp / 32 * in->ld; }
+static inline int32_t *input_isum(const Input *in) { return (int32_t *)(void *)(input_qsum(in) + in->Kp / 32 * in->ld); }
+/* 4-byte elements of an input's int8 form */
+static inline int64_t int8_elems(int64_t M, int64_t Kp) { return M * Kp / 4 + 3 * M * Kp / 32; }
 
 #define STEP 32
 static inline int64_t padded(int64_t K) { return (K + STEP - 1) / STEP * STEP; }
@@ -754,6 +788,7 @@ static inline Input rows_from(const Input *in, int64_t m0) {
     Input at = *in;
     at.f += m0;
     at.h += 2 * m0;
+    at.q8 += m0; /* and so the scales and sums after it, all 4-byte elements [·, ld] */
     return at;
 }
 
@@ -950,6 +985,197 @@ UNROLL
 }
 #endif
 
+/* ---- int8 products: GGUF blocks against inputs quantized to int8 (SPECVIZ_PRODUCTS=int8, llama.cpp's numerics) ----
+ * Why: widening a block to bf16 costs about five rows' dot products and a bf16 dot product does two multiply-adds a
+ * lane; an integer dot product (AVX-512 VNNI's vpdpbusd) does four a lane on the block's own bytes, with nothing
+ * widened. The price is the numbers: each input block is rounded to int8 (quantize_block), so logits differ from
+ * the exact products' (as llama.cpp's do from a bf16 model's), and every method computes with these same
+ * numbers: greedy output still equals `ar`'s under them.
+ *
+ * Per output o and input row, for each block b (k ascending): dot = sum_k q_w·q_x as an integer (exact, in any
+ * order), then for Q4_1 t = fma(dot, d, m · qsum) and for Q8_0 (u = q + 128 stored) t = (dot − 128·isum) · d, and
+ * acc = fma(t, scale, acc). Integers sum exactly, so how a tile splits a block's sum changes no bit; the float
+ * steps are the same instructions in the vector and scalar forms. Row invariance holds by construction.
+ *
+ * Layout (the format's own bytes; Q4_1_I8, Q8_0_I8): a group block is the 16 fp16 d (and m) as before, then
+ * chunks whose 32-bit lane l belongs to output l: Q8_0_I8 8 chunks, chunk c's four bytes the u of k = 4c..4c+3;
+ * Q4_1_I8 4 chunks, chunk c's four low nibbles the q of k = 4c..4c+3 and its high nibbles those of k = 16 + 4c…. */
+/* The scalar form: every build's reference, and the products of builds without VNNI. Kept out of line, and named
+ * apart from the vector tiles that scripts/check_native_asm.py holds to zero spills: its 16 sums live in memory. */
+static __attribute__((noinline)) void int8_scalar_rows(const uint8_t *panel, int fmt, const Input *in, int64_t M,
+                                                       int64_t K, float *out, int64_t ostride) {
+    const int64_t blocks = K / QBLOCK, ld = in->ld;
+    const int base = base_format(fmt), chunks = base == Q4_1 ? 4 : 8, values = base == Q4_1 ? 8 : 4;
+    const uint32_t mask = base == Q4_1 ? 15 : 255;
+    for (int g = 0; g < P / QGROUP; g++)
+        for (int64_t m = 0; m < M; m++) {
+            float acc[QGROUP] = {0};
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *block = panel + (g * blocks + b) * quantized_group_bytes(fmt);
+                const int64_t at = b * ld + m;
+                for (int o = 0; o < QGROUP; o++) {
+                    int32_t dot = 0;
+                    for (int c = 0; c < chunks; c++) {
+                        uint32_t lane;
+                        memcpy(&lane, block + 64 + 64 * c + 4 * o, 4);
+                        for (int v = 0; v < values; v++) {
+                            int output, k;
+                            chunk_place(fmt, c, o, v, &output, &k);
+                            uint32_t x4 = in->q8[(b * (QBLOCK / 4) + k / 4) * ld + m];
+                            const int8_t x = (int8_t)(x4 >> 8 * (k % 4) & 255);
+                            dot += (int32_t)(lane >> value_shift(fmt, v) & mask) * x;
+                        }
+                    }
+                    uint16_t dh, mh = 0;
+                    memcpy(&dh, block + 2 * o, 2);
+                    float term;
+                    if (base == Q4_1) {
+                        memcpy(&mh, block + 32 + 2 * o, 2);
+                        term = fmaf((float)dot, half_to_f32(dh), half_to_f32(mh) * input_qsum(in)[at]);
+                    } else {
+                        term = (float)(dot - 128 * input_isum(in)[at]) * half_to_f32(dh);
+                    }
+                    acc[o] = fmaf(term, input_scale(in)[at], acc[o]);
+                }
+            }
+            for (int o = 0; o < QGROUP; o++) out[m * ostride + g * QGROUP + o] = acc[o];
+        }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#define SPECVIZ_VNNI 1
+/* RMC rows against one int8-format panel: each group of 16 outputs (two side by side up to I8_TWO rows, as
+ * tile_quantized does), a block's four chunks read once for all rows. A row's block sum runs in two integer chains
+ * (low and high chunks) where registers allow, joined before the float steps. */
+#ifndef I8RM
+#define I8RM 8
+#endif
+#ifndef I8_TWO
+#define I8_TWO 2
+#endif
+static inline __attribute__((always_inline)) void tile_int8(const uint8_t *panel, const int fmt, int64_t K,
+                                                            const Input *in, const int RMC, float *out,
+                                                            int64_t ostride, const char *next) {
+    const int64_t blocks = K / QBLOCK, ld = in->ld;
+    const float *scale = input_scale(in), *qsum = input_qsum(in);
+    const int32_t *isum = input_isum(in);
+    const int together = RMC <= I8_TWO && (P / QGROUP) % 2 == 0 ? 2 : 1, split = together * RMC <= 4;
+    const __m512i nibble = _mm512_set1_epi8(15);
+    for (int g = 0; g < P / QGROUP; g += together) {
+        __m512 acc[2][I8RM];
+UNROLL
+        for (int t = 0; t < together; t++)
+UNROLL
+            for (int r = 0; r < RMC; r++) acc[t][r] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block[2];
+            __m512 dw[2], mw[2];
+UNROLL
+            for (int t = 0; t < together; t++) {
+                block[t] = group_block(panel, fmt, K, g + t, b, next);
+                dw[t] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)block[t]));
+                mw[t] = fmt == Q4_1_I8 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(block[t] + 32)))
+                                       : _mm512_setzero_ps();
+            }
+            const uint32_t *xq = in->q8 + b * (QBLOCK / 4) * ld;
+            __m512i lo[2][I8RM], hi[2][I8RM];
+UNROLL
+            for (int t = 0; t < together; t++)
+UNROLL
+                for (int r = 0; r < RMC; r++) lo[t][r] = hi[t][r] = _mm512_setzero_si512();
+UNROLL
+            for (int c = 0; c < 4; c++) {
+UNROLL
+                for (int t = 0; t < together; t++) {
+                    __m512i low, high;
+                    if (fmt == Q4_1_I8) {
+                        const __m512i chunk = _mm512_loadu_si512(block[t] + 64 + 64 * c);
+                        low = _mm512_and_si512(chunk, nibble);
+                        high = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), nibble);
+                    } else {
+                        low = _mm512_loadu_si512(block[t] + 64 + 64 * c);
+                        high = _mm512_loadu_si512(block[t] + 64 + 64 * (c + 4));
+                    }
+UNROLL
+                    for (int r = 0; r < RMC; r++) {
+                        lo[t][r] = _mm512_dpbusd_epi32(lo[t][r], low, _mm512_set1_epi32((int)xq[c * ld + r]));
+                        if (split)
+                            hi[t][r] = _mm512_dpbusd_epi32(hi[t][r], high, _mm512_set1_epi32((int)xq[(c + 4) * ld + r]));
+                        else
+                            lo[t][r] = _mm512_dpbusd_epi32(lo[t][r], high, _mm512_set1_epi32((int)xq[(c + 4) * ld + r]));
+                    }
+                }
+            }
+UNROLL
+            for (int t = 0; t < together; t++)
+UNROLL
+                for (int r = 0; r < RMC; r++) {
+                    const int64_t at = b * ld + r;
+                    __m512i dot = split ? _mm512_add_epi32(lo[t][r], hi[t][r]) : lo[t][r];
+                    __m512 term;
+                    if (fmt == Q4_1_I8) {
+                        term = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dw[t],
+                                               _mm512_mul_ps(mw[t], _mm512_set1_ps(qsum[at])));
+                    } else {
+                        dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(128 * isum[at]));
+                        term = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), dw[t]);
+                    }
+                    acc[t][r] = _mm512_fmadd_ps(term, _mm512_set1_ps(scale[at]), acc[t][r]);
+                }
+        }
+UNROLL
+        for (int t = 0; t < together; t++)
+UNROLL
+            for (int r = 0; r < RMC; r++) _mm512_storeu_ps(out + r * ostride + (g + t) * QGROUP, acc[t][r]);
+    }
+}
+#endif
+
+/* Every row of one int8-format panel: tiles of near-equal rows (at most I8RM), the first asking for the next panel
+ * as it reads this one; the scalar form where the build has no VNNI (correct, slow: say so where it runs). */
+int specviz_int8_scalar = 0; /* set (by the test that compares the two forms): the scalar form everywhere */
+
+static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t M, int64_t K, float *out,
+                         int64_t ostride, const char *next) {
+#ifdef SPECVIZ_VNNI
+    if (specviz_int8_scalar) {
+        int8_scalar_rows(panel, fmt, in, M, K, out, ostride);
+        return;
+    }
+    const int64_t tiles = (M + I8RM - 1) / I8RM, base = M / tiles, longer = M % tiles;
+    for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
+        const Input at = rows_from(in, m);
+        float *o = out + m * ostride;
+        const char *ahead = t == 0 ? next : NULL;
+        switch ((int)(base + (t < longer))) {
+#define INT8_CASE(n)                                                                                                  \
+    case n:                                                                                                           \
+        if (fmt == Q4_1_I8) tile_int8(panel, Q4_1_I8, K, &at, n, o, ostride, ahead);                                 \
+        else tile_int8(panel, Q8_0_I8, K, &at, n, o, ostride, ahead);                                                 \
+        break;
+            INT8_CASE(1) INT8_CASE(2) INT8_CASE(3) INT8_CASE(4) INT8_CASE(5) INT8_CASE(6) INT8_CASE(7) INT8_CASE(8)
+#if I8RM > 8
+            INT8_CASE(9) INT8_CASE(10) INT8_CASE(11) INT8_CASE(12)
+#endif
+#undef INT8_CASE
+        default: break;
+        }
+    }
+#else
+    (void)next;
+    int8_scalar_rows(panel, fmt, in, M, K, out, ostride);
+#endif
+}
+
+/* Whether this build runs the int8 products with vector instructions (else the scalar form). */
+int specviz_int8_vector(void) {
+#ifdef SPECVIZ_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* Every row of one stored panel, plain or quantized: a quantized one in registers where its rows fit one
  * widening tile (tile_quantized: up to QRM rows with AVX-512 BF16; tile_quantized8: one row on the AVX2 build),
  * else widened once into unpacked (one plain panel, fp32 on the AVX2 build), which the plain tiles then read from
@@ -958,6 +1184,10 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
                                  float *out, int64_t ostride, const char *next, void *unpacked) {
     if (!fmt) {
         product_panel(stored, bf16, in, M, K, out, ostride, next);
+        return;
+    }
+    if (is_int8(fmt)) {
+        product_int8((const uint8_t *)stored, fmt, in, M, K, out, ostride, next);
         return;
     }
 #ifdef SPECVIZ_DPBF16
@@ -1040,8 +1270,10 @@ static inline void input_set(Input *in, int bf16, int64_t m, int64_t k, float va
 /* Rows [m0, m0 + rows) × columns [k0, k0 + cols) of a product's input from src (row-major, src_stride floats
  * apart), k0 even. Column by column (pairs of columns with bf16 pairs), each column's rows contiguous in the
  * k-major input: the stores run along memory, where writing a row at a time would scatter them ld apart. */
+static void quantize_rows(Input *in, int64_t m0, int64_t rows, int64_t k0, int64_t cols);
+
 static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64_t k0, int64_t cols, const float *src,
-                            int64_t src_stride) {
+                            int64_t src_stride, int quantize) {
     for (int64_t c = 0; c < cols; c += 2) {
         const int two = c + 1 < cols;
         float *f0 = in->f + (k0 + c) * in->ld + m0, *f1 = f0 + in->ld;
@@ -1065,6 +1297,55 @@ static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64
 #endif
         }
     }
+    if (quantize) quantize_rows(in, m0, rows, k0, cols);
+}
+
+/* ---- inputs quantized to int8, for the int8 products ----------------------------------------------------------
+ * Each row's block of 32 k (as the product reads it: rounded to bf16 for a bf16 model) gets the scale
+ * s = max|x| / 127 and q = x / s rounded to nearest even (times 1 / s, as llama.cpp's Q8 inputs): a row's q depend
+ * on that row alone, so row invariance holds. The vector and scalar forms give the same q bit for bit (one
+ * multiplication and one round-to-nearest-even conversion each). */
+static inline void quantize_block(const float *x, Input *in, int64_t m, int64_t b) {
+    const int64_t ld = in->ld;
+    int8_t q[QBLOCK];
+    int32_t total = 0;
+#if defined(__AVX512F__)
+    const __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
+    const float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+    const float scale = largest / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const __m512i top = _mm512_set1_epi32(127), bottom = _mm512_set1_epi32(-127);
+    const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(inverse))), top), bottom);
+    const __m512i qc = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(inverse))), top), bottom);
+    total = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(qc));
+#else
+    float largest = 0.0f;
+    for (int i = 0; i < QBLOCK; i++) largest = fabsf(x[i]) > largest ? fabsf(x[i]) : largest;
+    const float scale = largest / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    for (int i = 0; i < QBLOCK; i++) {
+        long v = lrintf(x[i] * inverse); /* round to nearest even, as the vector conversion */
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        q[i] = (int8_t)v;
+        total += (int32_t)v;
+    }
+#endif
+    for (int j = 0; j < QBLOCK / 4; j++) memcpy(&in->q8[(b * (QBLOCK / 4) + j) * ld + m], q + 4 * j, 4);
+    input_scale(in)[b * ld + m] = scale;
+    input_qsum(in)[b * ld + m] = (float)total;
+    input_isum(in)[b * ld + m] = total;
+}
+
+/* Rows [m0, m0 + rows) × columns [k0, k0 + cols) of an input, k0 a multiple of 32, quantized from its fp32 form
+ * (the columns past cols up to the block's end are the input's zero padding or another call's: callers cut at
+ * blocks, step.py's formats make sure of it). */
+static void quantize_rows(Input *in, int64_t m0, int64_t rows, int64_t k0, int64_t cols) {
+    for (int64_t b = k0 / QBLOCK; b * QBLOCK < k0 + cols; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            float x[QBLOCK];
+            for (int i = 0; i < QBLOCK; i++) x[i] = in->f[(b * QBLOCK + i) * in->ld + m0 + r];
+            quantize_block(x, in, m0 + r, b);
+        }
 }
 
 /* Outputs [n0, n1) of an N-wide product for one thread of the team: contiguous panels. */
@@ -1105,7 +1386,8 @@ static inline float weight_at(const void *w, int bf16, int64_t i) {
 /* RMSNorm of each row of h (fp32 [M, d]) times the norm's weight, into a product's input: a block of rows at a
  * time through a buffer, written column by column (input_set_block). */
 #define NORM_BUFFER 16384
-static void rms_norm_rows(const float *h, int64_t M, int64_t d, const void *weight, int bf16, float eps, Input *out) {
+static void rms_norm_rows(const float *h, int64_t M, int64_t d, const void *weight, int bf16, float eps, Input *out,
+                          int quantize) {
     float normed[NORM_BUFFER];
     const int64_t block = d >= NORM_BUFFER ? 1 : NORM_BUFFER / d;
     for (int64_t m0 = 0; m0 < M; m0 += block) {
@@ -1125,10 +1407,10 @@ static void rms_norm_rows(const float *h, int64_t M, int64_t d, const void *weig
                 int64_t n = d - k0 < NORM_BUFFER ? d - k0 : NORM_BUFFER;
                 float *dst = d >= NORM_BUFFER ? normed : normed + r * d;
                 for (k = 0; k < n; k++) dst[k] = weight_at(weight, bf16, k0 + k) * (row[k0 + k] * scale);
-                if (d >= NORM_BUFFER) input_set_block(out, bf16, m0 + r, 1, k0, n, normed, n);
+                if (d >= NORM_BUFFER) input_set_block(out, bf16, m0 + r, 1, k0, n, normed, n, quantize);
             }
         }
-        if (d < NORM_BUFFER) input_set_block(out, bf16, m0, rows, 0, d, normed, d);
+        if (d < NORM_BUFFER) input_set_block(out, bf16, m0, rows, 0, d, normed, d, quantize);
     }
 }
 
@@ -1209,6 +1491,7 @@ static void carve_input(float **at, Input *in, int64_t M, int64_t K) {
     in->ld = M;
     in->f = carve(at, M * in->Kp);
     in->h = (uint16_t *)carve(at, (M * in->Kp + 1) / 2);
+    in->q8 = (uint32_t *)carve(at, int8_elems(M, in->Kp));
 }
 
 #define KEY_BLOCK 64
@@ -1254,6 +1537,7 @@ int64_t specviz_work_floats(const Shape *s, int64_t M, int threads) {
 static void clear_input(Input *in, int64_t M) {
     memset(in->f, 0, sizeof(float) * M * in->Kp); /* the padding columns stay zero */
     memset(in->h, 0, 2 * M * in->Kp);
+    memset(in->q8, 0, 4 * int8_elems(M, in->Kp)); /* and the padding blocks' scales: they add nothing */
 }
 
 static inline void store_hidden(void *hidden, int bf16, int64_t i, float value) {
@@ -1898,7 +2182,7 @@ static Layer chosen_layer(const Layer *ly, int64_t M, int bf16) {
     if (M <= block_rows(bf16)) return chosen;
     const void **weights[6] = {&chosen.q, &chosen.k, &chosen.v, &chosen.o, &chosen.gate_up, &chosen.down};
     for (int i = 0; i < 6; i++)
-        if (ly->plain[i] && format_of(ly, i)) {
+        if (ly->plain[i] && format_of(ly, i) && !is_int8(format_of(ly, i))) { /* int8 products' bits are their own */
             *weights[i] = ly->plain[i];
             chosen.formats &= ~(15 << 4 * i);
         }
@@ -1933,6 +2217,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
         for (int i = 0; i < 6; i++)
             if (format_of(ly, i) && (!weights[i] || !quantized_shape_ok(ks[i], format_of(ly, i))))
                 return SPECVIZ_BAD_FORMAT;
+        if (is_int8(format_of(ly, 3)) && s->head_dim % QBLOCK) /* attention's output is quantized head by head */
+            return SPECVIZ_BAD_FORMAT;
     }
     const int bf16 = s->bf16;
     const int64_t d = s->d, hd = s->head_dim, q_size = s->heads * hd, kv_size = s->kv_heads * hd;
@@ -1973,7 +2259,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             /* q ‖ k ‖ v in heads (a thread takes whole heads); a cross layer's q alone */
             const int64_t units = cross ? s->heads : s->heads + 2 * s->kv_heads;
             /* A: norm (each thread its own copy), q ‖ k ‖ v, RoPE, keys and values into the cache */
-            rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine);
+            rms_norm_rows(w.residual, M, d, ly->norm1, bf16, s->eps, mine,
+                          is_int8(format_of(ly, 0)) || is_int8(format_of(ly, 1)) || is_int8(format_of(ly, 2)));
             int64_t ahead = -1;
             for (int64_t u = take(&tickets[li][0]); u < units; u = ahead >= 0 ? ahead : take(&tickets[li][0])) {
                 ahead = take_ahead(&tickets[li][0], M, ly->formats & 0xfff);
@@ -2011,7 +2298,8 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                     g.seen[m - first] = allowed && !cross ? allowed + m * L : NULL;
                 }
                 attend(s, ly, &g, h / groups * s->capacity, &scratch);
-                input_set_block(&w.attended, bf16, first, last - first, h * hd, hd, scratch.out, hd);
+                input_set_block(&w.attended, bf16, first, last - first, h * hd, hd, scratch.out, hd,
+                                is_int8(format_of(ly, 3)));
             }
             CLOCK_MEET(thread, 1, &barrier, team, &sense);
             /* C: output projection, added to the residual (each thread its own columns); an attention-only
@@ -2033,7 +2321,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             CLOCK_MEET(thread, 2, &barrier, team, &sense);
             if (attention_only) continue; /* every thread skips D and E of this layer alike */
             /* D: norm (own copy), gate and up panel by panel together, into SiLU(gate) * up */
-            rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine);
+            rms_norm_rows(w.residual, M, d, ly->norm2, bf16, s->eps, mine, is_int8(format_of(ly, 4)));
             ahead = -1;
             const int pair_format = format_of(ly, 4);
             const int64_t panel_bytes = stored_panel_bytes(d, pair_format, bf16);
@@ -2051,7 +2339,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
                     product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair,
                                          unpacked);
                     for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
-                    input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P);
+                    input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P, is_int8(format_of(ly, 5)));
                 }
             }
             CLOCK_MEET(thread, 3, &barrier, team, &sense);
@@ -2088,7 +2376,7 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     if ((bad = check_threads(threads))) return bad;
     if (!hidden || !norm || !head || !logits || !work_base || vocab < 1) return SPECVIZ_BAD_POINTER;
     if (head_format && !quantized_shape_ok(s->d, head_format)) return SPECVIZ_BAD_FORMAT;
-    if (head_format && head_plain && M > block_rows(s->bf16)) { /* as chosen_layer chooses */
+    if (head_format && !is_int8(head_format) && head_plain && M > block_rows(s->bf16)) { /* as chosen_layer does */
         head = head_plain;
         head_format = PLAIN;
     }
@@ -2097,7 +2385,7 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     layout(s, M, threads, work_base, &w);
     for (int64_t i = 0; i < M * s->d; i++) w.residual[i] = load_hidden(hidden, bf16, i);
     clear_input(&w.normed, M);
-    rms_norm_rows(w.residual, M, s->d, norm, bf16, s->eps, &w.normed);
+    rms_norm_rows(w.residual, M, s->d, norm, bf16, s->eps, &w.normed, is_int8(head_format));
     int64_t next = 0;
 #ifdef SPECVIZ_STAGE_CLOCK
     double started = clock_now();
@@ -2137,16 +2425,19 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_for
     in.ld = M;
     in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
     in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
+    in.q8 = (uint32_t *)calloc((size_t)int8_elems(M, in.Kp), sizeof(uint32_t));
     const int64_t widened = panel_elems(K, 0) * 4; /* bytes of one thread's widened panel (fp32-sized, as above) */
     char *unpacked = w_format ? (char *)calloc((size_t)threads, (size_t)widened) : NULL;
-    if (!in.f || !in.h || (w_format && !unpacked)) {
+    if (!in.f || !in.h || !in.q8 || (w_format && !unpacked)) {
         free(in.f);
         free(in.h);
+        free(in.q8);
         free(unpacked);
         return SPECVIZ_NO_MEMORY;
     }
     for (int64_t m = 0; m < M; m++)
         for (int64_t k = 0; k < K; k++) input_set(&in, bf16, m, k, load_hidden(x, bf16, m * K + k));
+    if (is_int8(w_format)) quantize_rows(&in, 0, M, 0, K);
 #pragma omp parallel num_threads(threads)
     {
         int thread, team;
@@ -2160,6 +2451,7 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_for
     }
     free(in.f);
     free(in.h);
+    free(in.q8);
     free(unpacked);
     return SPECVIZ_OK;
 }

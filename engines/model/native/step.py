@@ -41,6 +41,10 @@ from engines.model.native import library
 SOURCE = Path(__file__).with_name("step.c")
 # "0": products read plain panels even where a weight's GGUF blocks could serve (the A/B switch)
 QUANTIZED_VARIABLE = "SPECVIZ_QUANTIZED_PANELS"
+# "int8": products of weights that keep GGUF blocks take their inputs quantized to int8 (llama.cpp's numerics:
+# other logits than the exact products', the same for every method); "exact" (the default): the model's own numbers
+PRODUCTS_VARIABLE = "SPECVIZ_PRODUCTS"
+PRODUCTS = ("exact", "int8")
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
@@ -96,6 +100,8 @@ def _library():
         lib.specviz_unpack_quantized.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                                  ctypes.c_int, ctypes.c_void_p]
         lib.specviz_unpack_quantized.restype = ctypes.c_int
+        lib.specviz_int8_vector.argtypes = []
+        lib.specviz_int8_vector.restype = ctypes.c_int
         lib._specviz_typed = True
     return lib
 
@@ -112,6 +118,12 @@ def _checked(code: int, call: str) -> None:
     """Raise where a C entry point refused its arguments (it returns before touching any buffer)."""
     if code:
         raise ValueError(f"native step ({call}) refused its arguments: {_REFUSALS.get(code, f'error {code}')}")
+
+
+def _warn_int8_once(why: str) -> None:
+    if why not in _warned:
+        _warned.add(why)
+        _log.warning("specviz: %s=int8 asked for, but %s; the products stay exact", PRODUCTS_VARIABLE, why)
 
 
 def _warn_once(why: str) -> None:
@@ -136,11 +148,22 @@ def build_id() -> str:
     return f"{loaded.digest}-{loaded.info.isa}" + ("" if loaded.info.openmp else "-noomp")
 
 
+def products() -> str:
+    """The products' numerics asked for by ``SPECVIZ_PRODUCTS``: ``"exact"`` (unset or empty) or ``"int8"``."""
+    value = os.environ.get(PRODUCTS_VARIABLE, "").strip().lower() or "exact"
+    if value not in PRODUCTS:
+        raise ValueError(f"{PRODUCTS_VARIABLE} must be one of {PRODUCTS}, got {value!r}")
+    return value
+
+
 def panels_id() -> str:
     """``"-plain-panels"`` where the products are told to read plain panels even where GGUF blocks could serve
-    (``SPECVIZ_QUANTIZED_PANELS=0``), else ``""``: part of what cached measurements are keyed by, beside
-    :func:`build_id`, since the step's cost differs."""
-    return "-plain-panels" if os.environ.get(QUANTIZED_VARIABLE, "1").strip() == "0" else ""
+    (``SPECVIZ_QUANTIZED_PANELS=0``), ``"-int8-products"`` where they read blocks against int8 inputs
+    (``SPECVIZ_PRODUCTS=int8``), else ``""``: part of what cached measurements are keyed by, beside
+    :func:`build_id`, since the step's cost (and for int8 its numbers) differs."""
+    if os.environ.get(QUANTIZED_VARIABLE, "1").strip() == "0":
+        return "-plain-panels"
+    return "-int8-products" if products() == "int8" else ""
 
 
 def build_info() -> library.BuildInfo | None:
@@ -357,7 +380,16 @@ class NativeStep:
         self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
         # GGUF formats whose blocks the products read where a weight has them: those this build widens with
         # vector instructions for this dtype, unless switched off
-        self._quantized = 0 if panels_id() else lib.specviz_quantized_formats(int(dtype == torch.bfloat16))
+        plain = panels_id() == "-plain-panels"
+        # int8 products: every weight with Q4_1 or Q8_0 blocks, in any dtype and build (the scalar form where the
+        # build has no VNNI), where attention's heads split into whole blocks of 32 (their output is quantized head
+        # by head)
+        self._int8 = not plain and products() == "int8"
+        if self._int8 and head_dim % 32:
+            _warn_int8_once(f"head_dim {head_dim} is no multiple of 32")
+            self._int8 = False
+        self._quantized = 0 if plain else (
+            (1 << 1) | (1 << 2) if self._int8 else lib.specviz_quantized_formats(int(dtype == torch.bfloat16)))
         self._config, self._rotary = config, rotary
         self._variants: dict[int, NativeStep] = {}  # MLP width → this step for blocks of that width (with_inter)
 
@@ -386,7 +418,7 @@ class NativeStep:
                 raise ValueError(f"inter must be a positive int (an MLP's width), got {inter!r}")
             found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib, inter)
             found._layouts = self._layouts
-            found._quantized = self._quantized
+            found._quantized, found._int8 = self._quantized, self._int8
             self._variants[inter] = found
         return found
 
@@ -423,15 +455,17 @@ class NativeStep:
         kept = first.__dict__.get("_specviz_pair")
         if kept is None or kept[0] != key:
             both = [self._pack_quantized(first), self._pack_quantized(second)]
-            plain = [self._pack(w) if q is None else _plain(q) for w, q in zip((first, second), both)]
             bf16 = int(first.dtype == torch.bfloat16)
-            pair = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
             fmt = _format(both[0]) if all(q is not None for q in both) else 0
             if fmt and fmt == _format(both[1]):  # blocks for the pair only where both read them, of one format
-                plain_pair = pair
                 pair = _interleaved(both, self.lib.specviz_quantized_bytes(1, first.shape[1], fmt))
-                pair.__dict__[_FORMAT], pair.__dict__[_PLAIN] = fmt, plain_pair
+                pair.__dict__[_FORMAT] = fmt
+                if all(_plain(q) is not None for q in both):  # int8 products keep none: their bits are their own
+                    plain = [_plain(q) for q in both]
+                    pair.__dict__[_PLAIN] = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
             else:
+                plain = [self._pack(w) if q is None or _plain(q) is None else _plain(q) for w, q in zip((first, second), both)]
+                pair = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
                 for weight in (first, second):
                     gguf_blocks.mark_read(weight, False)
             kept = (key, pair)
@@ -443,7 +477,7 @@ class NativeStep:
         bf16 = weight.dtype == torch.bfloat16
         if bf16 not in self._layouts:  # the build's, fixed for the process: asked of C once per dtype
             self._layouts[bf16] = self.lib.specviz_panel_layout(int(bf16))
-        return ((self._layouts[bf16], self._quantized),
+        return ((self._layouts[bf16], self._quantized, self._int8),
                 (weight.data_ptr(), _version(weight), tuple(weight.shape), weight.dtype))
 
     def reads_blocks(self, weight: torch.Tensor) -> bool:
@@ -456,19 +490,21 @@ class NativeStep:
         """``weight``'s GGUF blocks in quantized panels, or ``None`` where it has none, this build does not read
         their format, or they do not widen, bit for bit, to the panels :meth:`_pack` makes of the weight itself
         (a weight changed since it was loaded; a conversion this build rounds otherwise): checked here once per
-        weight, because the products' bits rest on it."""
+        weight, because the products' bits rest on it. With int8 products the blocks are laid out for integer dot
+        products (step.c's Q4_1_I8, Q8_0_I8: the format's code + 2), checked the same way, and no plain panels
+        are kept: those products' numbers are their own, so no row count may read the plain ones."""
         if not self.reads_blocks(weight):
             return None
         blocks = gguf_blocks.blocks_of(weight)
+        fmt = blocks.format + (2 if self._int8 else 0)
         n, k = weight.shape
-        size = self.lib.specviz_quantized_bytes(n, k, blocks.format)
+        size = self.lib.specviz_quantized_bytes(n, k, fmt)
         source = np.ascontiguousarray(blocks.blocks)
         out = torch.empty(size, dtype=torch.uint8)
-        _checked(self.lib.specviz_pack_quantized(source.ctypes.data, blocks.format, n, k, out.data_ptr()),
-                 "pack_quantized")
+        _checked(self.lib.specviz_pack_quantized(source.ctypes.data, fmt, n, k, out.data_ptr()), "pack_quantized")
         bf16 = int(weight.dtype == torch.bfloat16)
         widened = torch.empty(self.lib.specviz_packed_elems(n, k, bf16), dtype=weight.dtype)
-        _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), blocks.format, n, k, bf16, widened.data_ptr()),
+        _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), fmt, n, k, bf16, widened.data_ptr()),
                  "unpack_quantized")
         bits, plain = torch.int16 if bf16 else torch.int32, self._pack(weight)
         if not torch.equal(widened.view(bits), plain.view(bits)):
@@ -476,8 +512,9 @@ class NativeStep:
                          "since loading?); its products read plain panels", n, k)
             gguf_blocks.mark_read(weight, False)
             return None
-        out.__dict__[_FORMAT] = blocks.format
-        out.__dict__[_PLAIN] = plain  # step.c reads these past BLOCK_ROWS rows, where widening costs more
+        out.__dict__[_FORMAT] = fmt
+        if not self._int8:
+            out.__dict__[_PLAIN] = plain  # step.c reads these past BLOCK_ROWS rows, where widening costs more
         gguf_blocks.mark_read(weight, True)
         return out
 
@@ -522,7 +559,7 @@ class NativeStep:
         key = _key(weights)  # every weight's pointer, shape, dtype and layout: a weight changed under the
         last = weights[6] if weights[6] is not None else weights[3]  # layer, or a step that reads other panel
         # formats, checks it again
-        now = None if key is None else (key, _version(weights[0]), _version(last), self._quantized)
+        now = None if key is None else (key, _version(weights[0]), _version(last), self._quantized, self._int8)
         run = self._run if trusted else None
         if (found is None or now is None or now != found.key
                 or any(new is not old for new, old in zip(weights, found.weights))):
