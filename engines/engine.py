@@ -122,7 +122,10 @@ class Engine:
         """Which decode step runs, in which dtype, and why that dtype (see :mod:`engines.model.step_choice`)."""
         if not self._fused:
             return f"{self.dtype} through Hugging Face's layers (fused=False)"
-        return describe(self.dtype, self.name, native=self.target.native is not None)
+        native = self.target.native
+        said = describe(self.dtype, self.name, native=native is not None)
+        return said + ("; int8 products (SPECVIZ_PRODUCTS=int8: inputs quantized to int8 against the GGUF's blocks, "
+                       "other outputs than the exact products')" if native is not None and native._int8 else "")
 
     @property
     def dtype(self) -> str:

@@ -419,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "isa", None):  # before any engine loads; lane workers inherit the environment
         os.environ["SPECVIZ_NATIVE_ISA"] = args.isa
+    if getattr(args, "products", None):  # the same: the products' numerics, for this process and its lane workers
+        os.environ["SPECVIZ_PRODUCTS"] = args.products
     try:
         return COMMANDS[args.command](args)
     except (ValueError, OSError, LaneError) as error:  # OSError: a file that cannot be read or written

@@ -47,6 +47,10 @@ def add_isa_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isa", choices=["native", "avx2"], default=None,
                         help="native step build: native (-march=native, the default) or avx2 (x86-64-v3: AVX2, FMA, "
                              "F16C, no AVX-512; x86 only); sets SPECVIZ_NATIVE_ISA")
+    parser.add_argument("--products", choices=["exact", "int8"], default=None,
+                        help="the native step's products: exact (the model's own numbers, the default) or int8 (the "
+                             "GGUF's blocks against inputs quantized to int8, llama.cpp's numerics: other logits, the "
+                             "same for every method); sets SPECVIZ_PRODUCTS")
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:

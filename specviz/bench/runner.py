@@ -235,13 +235,15 @@ def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prom
 
 
 def native_build(engine: Engine) -> dict:
-    """Which build of the native step ran (``{"native_isa": "native" | "avx2"}``), where the engine's target runs
-    on one (nothing is built for a GPU run): a run under ``--isa avx2`` must say so beside its figures, since the
-    same CPU gives other ones with its own build."""
+    """Which build of the native step ran (``{"native_isa": "native" | "avx2"}``) and, where its products took int8
+    inputs, ``"products": "int8"``, where the engine's target runs on one (nothing is built for a GPU run): a run
+    under ``--isa avx2`` or ``--products int8`` must say so beside its figures, since the same CPU gives other ones
+    with its own build, and int8 products other outputs."""
     from engines.model.native import step as native_step
 
-    info = native_step.build_info() if engine.target.native is not None else None
-    return {"native_isa": info.isa} if info is not None else {}
+    native = engine.target.native
+    info = native_step.build_info() if native is not None else None
+    return ({"native_isa": info.isa, **({"products": "int8"} if native._int8 else {})} if info is not None else {})
 
 
 def project_relative(path) -> str:

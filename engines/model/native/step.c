@@ -1129,19 +1129,81 @@ UNROLL
             for (int r = 0; r < RMC; r++) _mm512_storeu_ps(out + r * ostride + (g + t) * QGROUP, acc[t][r]);
     }
 }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECVIZ_INT8_AVX2 1
+/* One row against one int8-format panel without VNNI (Zen 3, Haswell to Ice Lake's clients, AVX-512 without VNNI):
+ * vpmaddubsw multiplies unsigned by signed bytes into 16-bit pair sums, vpmaddwd adds pairs into the 32-bit lanes.
+ * Q4_1: a pair is at most 2·15·127, so a block's eight products add up in 16 bits (30,480 at most) before one
+ * vpmaddwd. Q8_0: 2·255·127 would saturate, so the stored u = q + 128 goes back to q (one xor), x's sign moves onto
+ * it (vpsignb) and |x| is the unsigned side, each pair at most 2·127·127 (step.py keeps exact products for a weight
+ * whose blocks hold q = −128, which vpsignb cannot negate); that sum is Σ q·x, the integer the other forms reach as
+ * Σ u·x − 128·Σ x. The float steps are theirs, so the bits are the scalar form's. Rows one at a time: 16 ymm
+ * registers hold one row's tile. */
+static inline __attribute__((always_inline)) void tile_int8_avx2(const uint8_t *panel, const int fmt, int64_t K,
+                                                                 const Input *in, float *out, const char *next) {
+    const int64_t blocks = K / QBLOCK, ld = in->ld;
+    const float *scale = input_scale(in), *qsum = input_qsum(in);
+    const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    for (int g = 0; g < P / QGROUP; g++)
+        /* outputs 0-7, then 8-15, each over all the group's blocks (the second pass reads them from L1): one
+         * accumulator at a time keeps the tile within 16 registers */
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *block = group_block(panel, fmt, K, g, b, h == 0 ? next : NULL);
+                const uint32_t *xq = in->q8 + b * (QBLOCK / 4) * ld;
+                __m256i dot;
+                if (fmt == Q4_1_I8) {
+                    __m256i pairs = _mm256_setzero_si256();
+UNROLL
+                    for (int c = 0; c < 4; c++) {
+                        const __m256i chunk = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h));
+                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(chunk, nibble),
+                                                                             _mm256_set1_epi32((int)xq[c * ld])));
+                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(chunk, 4), nibble),
+                                                                             _mm256_set1_epi32((int)xq[(c + 4) * ld])));
+                    }
+                    dot = _mm256_madd_epi16(pairs, ones);
+                } else {
+                    dot = _mm256_setzero_si256();
+UNROLL
+                    for (int c = 0; c < 8; c++) {
+                        const __m256i x = _mm256_set1_epi32((int)xq[c * ld]);
+                        const __m256i q =
+                            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h)), flip);
+                        dot = _mm256_add_epi32(
+                            dot, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(q, x)), ones));
+                    }
+                }
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 16 * h)));
+                __m256 term;
+                if (fmt == Q4_1_I8) {
+                    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h)));
+                    term = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, _mm256_mul_ps(m, _mm256_set1_ps(qsum[b * ld])));
+                } else {
+                    term = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), d);
+                }
+                acc = _mm256_fmadd_ps(term, _mm256_set1_ps(scale[b * ld]), acc);
+            }
+            _mm256_storeu_ps(out + g * QGROUP + 8 * h, acc);
+        }
+}
 #endif
 
-/* Every row of one int8-format panel: tiles of near-equal rows (at most I8RM), the first asking for the next panel
- * as it reads this one; the scalar form where the build has no VNNI (correct, slow: say so where it runs). */
+
+/* Every row of one int8-format panel: with VNNI, tiles of near-equal rows (at most I8RM); with AVX2, a row at a
+ * time; the first asking for the next panel as it reads this one. Elsewhere (NEON, builds without AVX2) the scalar
+ * form: correct, slow, unmeasured. */
 int specviz_int8_scalar = 0; /* set (by the test that compares the two forms): the scalar form everywhere */
 
 static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t M, int64_t K, float *out,
                          int64_t ostride, const char *next) {
-#ifdef SPECVIZ_VNNI
     if (specviz_int8_scalar) {
         int8_scalar_rows(panel, fmt, in, M, K, out, ostride);
         return;
     }
+#if defined(SPECVIZ_VNNI)
     const int64_t tiles = (M + I8RM - 1) / I8RM, base = M / tiles, longer = M % tiles;
     for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
         const Input at = rows_from(in, m);
@@ -1161,16 +1223,24 @@ static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t
         default: break;
         }
     }
+#elif defined(SPECVIZ_INT8_AVX2)
+    for (int64_t m = 0; m < M; m++) {
+        const Input at = rows_from(in, m);
+        if (fmt == Q4_1_I8) tile_int8_avx2(panel, Q4_1_I8, K, &at, out + m * ostride, m == 0 ? next : NULL);
+        else tile_int8_avx2(panel, Q8_0_I8, K, &at, out + m * ostride, m == 0 ? next : NULL);
+    }
 #else
     (void)next;
     int8_scalar_rows(panel, fmt, in, M, K, out, ostride);
 #endif
 }
 
-/* Whether this build runs the int8 products with vector instructions (else the scalar form). */
+/* How this build runs the int8 products: 1 AVX-512 VNNI, 2 AVX2 (vpmaddubsw), 0 the scalar form. */
 int specviz_int8_vector(void) {
-#ifdef SPECVIZ_VNNI
+#if defined(SPECVIZ_VNNI)
     return 1;
+#elif defined(SPECVIZ_INT8_AVX2)
+    return 2;
 #else
     return 0;
 #endif
@@ -2325,21 +2395,33 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             ahead = -1;
             const int pair_format = format_of(ly, 4);
             const int64_t panel_bytes = stored_panel_bytes(d, pair_format, bf16);
-            for (int64_t p = take(&tickets[li][3]); p * P < s->inter; p = ahead >= 0 ? ahead : take(&tickets[li][3])) {
+            /* a piece is one panel, or with int8 down products on panels narrower than a block (the AVX2 build's
+             * 16 outputs) the panels of one block of the down projection's input, which is quantized whole */
+            const int quantize_act = is_int8(format_of(ly, 5));
+            const int64_t span = quantize_act && P < QBLOCK ? QBLOCK / P : 1, pieces = (s->inter + span * P - 1) / (span * P);
+            for (int64_t piece = take(&tickets[li][3]); piece < pieces; piece = ahead >= 0 ? ahead : take(&tickets[li][3])) {
                 ahead = take_ahead(&tickets[li][3], M, format_of(ly, 4));
-                int64_t n = p * P, e = n + P < s->inter ? n + P : s->inter;
-                float gate[64 * P], up[64 * P];
-                const char *pair = (const char *)ly->gate_up + 2 * p * panel_bytes;
-                const char *next_pair = ahead >= 0 && ahead * P < s->inter ? (const char *)ly->gate_up + 2 * ahead * panel_bytes : NULL;
-                for (int64_t m0 = 0; m0 < M; m0 += 64) {
-                    int64_t mc = M - m0 < 64 ? M - m0 : 64;
-                    Input part = rows_from(mine, m0);
-                    /* all P lanes: the buffer holds them */
-                    product_stored_panel(pair, pair_format, bf16, &part, mc, d, gate, P, pair + panel_bytes, unpacked);
-                    product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair,
-                                         unpacked);
-                    for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
-                    input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P, is_int8(format_of(ly, 5)));
+                for (int64_t p = piece * span; p < (piece + 1) * span && p * P < s->inter; p++) {
+                    int64_t n = p * P, e = n + P < s->inter ? n + P : s->inter;
+                    float gate[64 * P], up[64 * P];
+                    const char *pair = (const char *)ly->gate_up + 2 * p * panel_bytes;
+                    const int64_t next_p = p + 1 < (piece + 1) * span ? p + 1 : ahead >= 0 ? ahead * span : -1;
+                    const char *next_pair =
+                        next_p >= 0 && next_p * P < s->inter ? (const char *)ly->gate_up + 2 * next_p * panel_bytes : NULL;
+                    for (int64_t m0 = 0; m0 < M; m0 += 64) {
+                        int64_t mc = M - m0 < 64 ? M - m0 : 64;
+                        Input part = rows_from(mine, m0);
+                        /* all P lanes: the buffer holds them */
+                        product_stored_panel(pair, pair_format, bf16, &part, mc, d, gate, P, pair + panel_bytes, unpacked);
+                        product_stored_panel(pair + panel_bytes, pair_format, bf16, &part, mc, d, up, P, next_pair,
+                                             unpacked);
+                        for (int64_t m = 0; m < mc; m++) silu_times(gate + m * P, up + m * P, e - n);
+                        input_set_block(&w.act, bf16, m0, mc, n, e - n, gate, P, quantize_act && span == 1);
+                    }
+                }
+                if (span > 1) {
+                    const int64_t k0 = piece * span * P;
+                    quantize_rows(&w.act, 0, M, k0, s->inter - k0 < span * P ? s->inter - k0 : span * P);
                 }
             }
             CLOCK_MEET(thread, 3, &barrier, team, &sense);

@@ -198,6 +198,11 @@ def _plain(packed: torch.Tensor) -> torch.Tensor | None:
     return packed.__dict__.get(_PLAIN)
 
 
+def _holds_q_minus_128(raw: np.ndarray, k: int) -> bool:
+    """Whether Q8_0 blocks (``[rows, k / 32 · 34]`` bytes: an fp16 d, then 32 int8 q) hold a q of −128."""
+    return bool((np.asarray(raw).reshape(-1, k // 32, 34)[..., 2:] == 0x80).any())
+
+
 def _interleaved(two: list[torch.Tensor], panel: int) -> torch.Tensor:
     """Two packed weights' panels (``panel`` elements each) interleaved: first's 0, second's 0, first's 1, …"""
     return torch.stack([two[0].view(-1, panel), two[1].view(-1, panel)], 1).reshape(-1)
@@ -498,6 +503,11 @@ class NativeStep:
         blocks = gguf_blocks.blocks_of(weight)
         fmt = blocks.format + (2 if self._int8 else 0)
         n, k = weight.shape
+        if self._int8 and blocks.format == gguf_blocks.FORMATS["Q8_0"] and _holds_q_minus_128(blocks.blocks, k):
+            _log.warning("specviz: a %s×%s weight's Q8_0 blocks hold q = -128, which the AVX2 int8 products cannot "
+                         "negate; its products stay exact, on plain panels", n, k)
+            gguf_blocks.mark_read(weight, False)
+            return None
         size = self.lib.specviz_quantized_bytes(n, k, fmt)
         source = np.ascontiguousarray(blocks.blocks)
         out = torch.empty(size, dtype=torch.uint8)
