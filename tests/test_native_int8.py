@@ -171,3 +171,20 @@ def test_int8_products_need_heads_of_whole_blocks(monkeypatch, caplog):
     monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, "int8")
     stack = Engine(quantized_model()).target
     assert stack.native is not None and not stack.native._int8
+
+
+def test_a_weight_without_blocks_reads_q8_0_blocks_made_from_it(monkeypatch):
+    """A drafter's own weights (no GGUF blocks) read Q8_0 blocks made at packing: within half a step d of the
+    weight, and the product is what those blocks' int8 product gives."""
+    _, stack = int8_stack(monkeypatch, torch.float32)
+    rng = np.random.default_rng(7)
+    weight = torch.from_numpy(rng.normal(0, 0.05, (80, 96)).astype(np.float32))
+    made = gguf_blocks.quantize_q8_0(weight)
+    values = torch.from_numpy(gguf.quants.dequantize(made.blocks, gguf.GGMLQuantizationType.Q8_0))
+    step = values.reshape(80, 3, 32).abs().amax(-1, keepdim=True) / 127
+    assert ((values - weight).reshape(80, 3, 32).abs() <= step * 0.5 + 1e-6).all()
+    x = torch.from_numpy(rng.normal(0, 1, (4, 96)).astype(np.float32))
+    y = stack.native.linear(x, weight)
+    assert stack.native.packed(weight).__dict__["_specviz_format"] == gguf_blocks.FORMATS["Q8_0"] + 2
+    assert torch.allclose(y, x @ values.T, rtol=0.02, atol=0.02 * (x @ values.T).abs().max())
+    assert not torch.equal(y, x @ weight.T)

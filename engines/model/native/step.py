@@ -497,12 +497,25 @@ class NativeStep:
         (a weight changed since it was loaded; a conversion this build rounds otherwise): checked here once per
         weight, because the products' bits rest on it. With int8 products the blocks are laid out for integer dot
         products (step.c's Q4_1_I8, Q8_0_I8: the format's code + 2), checked the same way, and no plain panels
-        are kept: those products' numbers are their own, so no row count may read the plain ones."""
-        if not self.reads_blocks(weight):
+        are kept: those products' numbers are their own, so no row count may read the plain ones. A weight
+        without blocks (a drafter's layers and head rows, another model's weights) then reads Q8_0 blocks made
+        from it (:func:`~engines.model.gguf_blocks.quantize_q8_0`): its products' numbers are those blocks'."""
+        made = False
+        if self.reads_blocks(weight):
+            blocks = gguf_blocks.blocks_of(weight)
+        elif self._int8 and weight.dtype == self.dtype and weight.dim() == 2 and weight.shape[1] % 32 == 0:
+            # a weight the GGUF gave no blocks (a drafter's own, any other model's): its Q8_0 blocks, made here
+            blocks, made = gguf_blocks.quantize_q8_0(weight), True
+        else:
             return None
-        blocks = gguf_blocks.blocks_of(weight)
         fmt = blocks.format + (2 if self._int8 else 0)
         n, k = weight.shape
+        if made:  # nothing to check: the blocks are the weight's, rounded to Q8_0 (its numbers now)
+            out = torch.empty(self.lib.specviz_quantized_bytes(n, k, fmt), dtype=torch.uint8)
+            _checked(self.lib.specviz_pack_quantized(blocks.blocks.ctypes.data, fmt, n, k, out.data_ptr()),
+                     "pack_quantized")
+            out.__dict__[_FORMAT] = fmt
+            return out
         if self._int8 and blocks.format == gguf_blocks.FORMATS["Q8_0"] and _holds_q_minus_128(blocks.blocks, k):
             _log.warning("specviz: a %s×%s weight's Q8_0 blocks hold q = -128, which the AVX2 int8 products cannot "
                          "negate; its products stay exact, on plain panels", n, k)
