@@ -14,7 +14,7 @@ import torch
 from engines import Engine
 from engines.model import gguf_blocks
 from engines.model.native import step as native_step
-from tests.test_native_quantized import logits_for_every_row_count, random_blocks
+from tests.test_native_quantized import logits_for_every_row_count, one_row_steps_on_one_thread, random_blocks
 
 gguf = pytest.importorskip("gguf")
 
@@ -58,15 +58,7 @@ def test_int8_products_give_every_row_count_the_bits_of_one_row_steps_on_one_thr
     model, stack = int8_stack(monkeypatch, dtype)
     prefix, tokens = list(range(3, 12)), [(13 * i + 7) % 200 for i in range(20)]
     read = logits_for_every_row_count(stack, prefix, tokens)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            cache = stack.new_cache(96)
-            stack.forward(prefix, cache)
-            stepped = torch.cat([stack.forward([token], cache) for token in tokens])
-    finally:
-        torch.set_num_threads(threads)
+    stepped = one_row_steps_on_one_thread(stack, prefix, tokens)
     for n, logits in enumerate(read, 1):
         assert torch.equal(logits, stepped[:n]), f"{n} rows: not the bits of one-row steps"
     checked = model.model.layers[0].__dict__["_specviz_weights"]

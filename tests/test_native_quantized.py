@@ -78,6 +78,19 @@ def logits_for_every_row_count(stack, prefix: list[int], tokens: list[int]) -> l
         return out
 
 
+def one_row_steps_on_one_thread(stack, prefix: list[int], tokens: list[int]) -> torch.Tensor:
+    """The logits of ``tokens`` fed one at a time after ``prefix``, on one thread: what every row count must give."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            cache = stack.new_cache(96)
+            stack.forward(prefix, cache)
+            return torch.cat([stack.forward([token], cache) for token in tokens])
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_plain_panels(monkeypatch, dtype):
     """Rows 1–20: the widening tile, and past BLOCK_ROWS the plain panels kept beside the blocks; each row
@@ -95,15 +108,7 @@ def test_reading_the_blocks_gives_every_row_count_the_bits_of_the_plain_panels(m
     reference = logits_for_every_row_count(plain, prefix, tokens)
     for n, (a, b) in enumerate(zip(read, reference), 1):
         assert torch.equal(a, b), f"{n} rows: reading the blocks changed the logits"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            cache = quantized.new_cache(96)
-            quantized.forward(prefix, cache)
-            stepped = torch.cat([quantized.forward([token], cache) for token in tokens])
-    finally:
-        torch.set_num_threads(threads)
+    stepped = one_row_steps_on_one_thread(quantized, prefix, tokens)
     assert torch.equal(read[-1], stepped)
     checked = model.model.layers[0].__dict__["_specviz_weights"]
     assert checked.formats == 0x011111  # q, k, v, o, gate ‖ up from Q4_1 blocks; down (200 wide) plain

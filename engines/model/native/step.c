@@ -1137,56 +1137,75 @@ UNROLL
  * vpmaddwd. Q8_0: 2·255·127 would saturate, so the stored u = q + 128 goes back to q (one xor), x's sign moves onto
  * it (vpsignb) and |x| is the unsigned side, each pair at most 2·127·127 (step.py keeps exact products for a weight
  * whose blocks hold q = −128, which vpsignb cannot negate); that sum is Σ q·x, the integer the other forms reach as
- * Σ u·x − 128·Σ x. The float steps are theirs, so the bits are the scalar form's. Rows one at a time: 16 ymm
- * registers hold one row's tile. */
+ * Σ u·x − 128·Σ x. The float steps are theirs, so the bits are the scalar form's. Tiles of up to I8RM_AVX2 = 3
+ * rows share each unpacked chunk; 16 ymm registers hold that for one half of a group at a time, with the chunks'
+ * loop kept rolled (unrolled, GCC hoists every row's broadcasts and spills: 4 rows spilled even rolled). */
+#ifndef I8RM_AVX2
+#define I8RM_AVX2 3
+#endif
 static inline __attribute__((always_inline)) void tile_int8_avx2(const uint8_t *panel, const int fmt, int64_t K,
-                                                                 const Input *in, float *out, const char *next) {
+                                                                 const Input *in, const int RMC, float *out,
+                                                                 int64_t ostride, const char *next) {
     const int64_t blocks = K / QBLOCK, ld = in->ld;
     const float *scale = input_scale(in), *qsum = input_qsum(in);
     const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     for (int g = 0; g < P / QGROUP; g++)
-        /* outputs 0-7, then 8-15, each over all the group's blocks (the second pass reads them from L1): one
-         * accumulator at a time keeps the tile within 16 registers */
+        /* outputs 0-7, then 8-15, each over all the group's blocks (the second pass reads them from L1): a tile's
+         * rows share each unpacked chunk, and one half's sums at a time keep it within 16 registers */
 #pragma GCC unroll 1
         for (int h = 0; h < 2; h++) {
-            __m256 acc = _mm256_setzero_ps();
+            __m256 acc[I8RM_AVX2];
+UNROLL
+            for (int r = 0; r < RMC; r++) acc[r] = _mm256_setzero_ps();
             for (int64_t b = 0; b < blocks; b++) {
                 const uint8_t *block = group_block(panel, fmt, K, g, b, h == 0 ? next : NULL);
                 const uint32_t *xq = in->q8 + b * (QBLOCK / 4) * ld;
-                __m256i dot;
+                __m256i dot[I8RM_AVX2];
                 if (fmt == Q4_1_I8) {
-                    __m256i pairs = _mm256_setzero_si256();
 UNROLL
+                    for (int r = 0; r < RMC; r++) dot[r] = _mm256_setzero_si256(); /* 16-bit pair sums, then dot */
+#pragma GCC unroll 1
                     for (int c = 0; c < 4; c++) {
                         const __m256i chunk = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h));
-                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(chunk, nibble),
-                                                                             _mm256_set1_epi32((int)xq[c * ld])));
-                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(chunk, 4), nibble),
-                                                                             _mm256_set1_epi32((int)xq[(c + 4) * ld])));
-                    }
-                    dot = _mm256_madd_epi16(pairs, ones);
-                } else {
-                    dot = _mm256_setzero_si256();
+                        const __m256i low = _mm256_and_si256(chunk, nibble);
+                        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), nibble);
 UNROLL
+                        for (int r = 0; r < RMC; r++) {
+                            dot[r] = _mm256_add_epi16(dot[r], _mm256_maddubs_epi16(low, _mm256_set1_epi32((int)xq[c * ld + r])));
+                            dot[r] = _mm256_add_epi16(dot[r],
+                                                      _mm256_maddubs_epi16(high, _mm256_set1_epi32((int)xq[(c + 4) * ld + r])));
+                        }
+                    }
+UNROLL
+                    for (int r = 0; r < RMC; r++) dot[r] = _mm256_madd_epi16(dot[r], ones);
+                } else {
+UNROLL
+                    for (int r = 0; r < RMC; r++) dot[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1
                     for (int c = 0; c < 8; c++) {
-                        const __m256i x = _mm256_set1_epi32((int)xq[c * ld]);
                         const __m256i q =
                             _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h)), flip);
-                        dot = _mm256_add_epi32(
-                            dot, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(q, x)), ones));
+UNROLL
+                        for (int r = 0; r < RMC; r++) {
+                            const __m256i x = _mm256_set1_epi32((int)xq[c * ld + r]);
+                            dot[r] = _mm256_add_epi32(
+                                dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(q, x)), ones));
+                        }
                     }
                 }
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 16 * h)));
-                __m256 term;
-                if (fmt == Q4_1_I8) {
-                    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h)));
-                    term = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, _mm256_mul_ps(m, _mm256_set1_ps(qsum[b * ld])));
-                } else {
-                    term = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), d);
+                const __m256 m = fmt == Q4_1_I8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(block + 32 + 16 * h)))
+                                                : _mm256_setzero_ps();
+UNROLL
+                for (int r = 0; r < RMC; r++) {
+                    const __m256 term = fmt == Q4_1_I8
+                        ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), d, _mm256_mul_ps(m, _mm256_set1_ps(qsum[b * ld + r])))
+                        : _mm256_mul_ps(_mm256_cvtepi32_ps(dot[r]), d);
+                    acc[r] = _mm256_fmadd_ps(term, _mm256_set1_ps(scale[b * ld + r]), acc[r]);
                 }
-                acc = _mm256_fmadd_ps(term, _mm256_set1_ps(scale[b * ld]), acc);
             }
-            _mm256_storeu_ps(out + g * QGROUP + 8 * h, acc);
+UNROLL
+            for (int r = 0; r < RMC; r++) _mm256_storeu_ps(out + r * ostride + g * QGROUP + 8 * h, acc[r]);
         }
 }
 #endif
@@ -1224,10 +1243,24 @@ static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t
         }
     }
 #elif defined(SPECVIZ_INT8_AVX2)
-    for (int64_t m = 0; m < M; m++) {
+    const int64_t tiles = (M + I8RM_AVX2 - 1) / I8RM_AVX2, base = M / tiles, longer = M % tiles;
+    for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
         const Input at = rows_from(in, m);
-        if (fmt == Q4_1_I8) tile_int8_avx2(panel, Q4_1_I8, K, &at, out + m * ostride, m == 0 ? next : NULL);
-        else tile_int8_avx2(panel, Q8_0_I8, K, &at, out + m * ostride, m == 0 ? next : NULL);
+        float *o = out + m * ostride;
+        const char *ahead = t == 0 ? next : NULL;
+        switch ((int)(base + (t < longer))) {
+#define INT8_AVX2_CASE(n)                                                                                             \
+    case n:                                                                                                           \
+        if (fmt == Q4_1_I8) tile_int8_avx2(panel, Q4_1_I8, K, &at, n, o, ostride, ahead);                            \
+        else tile_int8_avx2(panel, Q8_0_I8, K, &at, n, o, ostride, ahead);                                            \
+        break;
+            INT8_AVX2_CASE(1) INT8_AVX2_CASE(2) INT8_AVX2_CASE(3)
+#if I8RM_AVX2 > 3
+            INT8_AVX2_CASE(4)
+#endif
+#undef INT8_AVX2_CASE
+        default: break;
+        }
     }
 #else
     (void)next;
