@@ -180,3 +180,22 @@ def test_a_weight_without_blocks_reads_q8_0_blocks_made_from_it(monkeypatch):
     assert stack.native.packed(weight).__dict__["_specviz_format"] == gguf_blocks.FORMATS["Q8_0"] + 2
     assert torch.allclose(y, x @ values.T, rtol=0.02, atol=0.02 * (x @ values.T).abs().max())
     assert not torch.equal(y, x @ weight.T)
+
+
+@pytest.mark.parametrize("products", ["exact", "int8"])
+def test_the_vector_input_is_the_column_by_column_one_bit_for_bit(monkeypatch, products):
+    """step.c writes a bf16 model's product inputs 32 columns at a time (rounded in vectors, scattered k-major,
+    quantized from registers) where it can; the column-by-column form is the reference: the same logits."""
+    monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, products)
+    stack = Engine(int8_model()).target
+    scalar = ctypes.c_int.in_dll(stack.native.lib, "specviz_input_scalar")
+    tokens = [(13 * i + 7) % 200 for i in range(7)]  # up to 8 rows, where exact products take the vector form
+    try:
+        out = []
+        for force in (0, 1):
+            scalar.value = force
+            with torch.inference_mode():
+                out.append(stack.forward(tokens, stack.new_cache(32)))
+    finally:
+        scalar.value = 0
+    assert torch.equal(out[0], out[1])
