@@ -79,8 +79,10 @@
  * accumulators are registers: GCC's pragma, or clang's (which GCC 11 does not know). */
 #if defined(__clang__)
 #define UNROLL _Pragma("clang loop unroll(full)")
+#define ROLLED _Pragma("clang loop unroll(disable)")
 #else
 #define UNROLL _Pragma("GCC unroll 32")
+#define ROLLED _Pragma("GCC unroll 1") /* a loop kept rolled: unrolled, its values outnumber the registers */
 #endif /* outputs of one packed panel: the unit a product is split in between threads */
 
 typedef float vf __attribute__((vector_size(VL * 4)));
@@ -1152,7 +1154,7 @@ static inline __attribute__((always_inline)) void tile_int8_avx2(const uint8_t *
     for (int g = 0; g < P / QGROUP; g++)
         /* outputs 0-7, then 8-15, each over all the group's blocks (the second pass reads them from L1): a tile's
          * rows share each unpacked chunk, and one half's sums at a time keep it within 16 registers */
-#pragma GCC unroll 1
+ROLLED
         for (int h = 0; h < 2; h++) {
             __m256 acc[I8RM_AVX2];
 UNROLL
@@ -1164,7 +1166,7 @@ UNROLL
                 if (fmt == Q4_1_I8) {
 UNROLL
                     for (int r = 0; r < RMC; r++) dot[r] = _mm256_setzero_si256(); /* 16-bit pair sums, then dot */
-#pragma GCC unroll 1
+ROLLED
                     for (int c = 0; c < 4; c++) {
                         const __m256i chunk = _mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h));
                         const __m256i low = _mm256_and_si256(chunk, nibble);
@@ -1181,7 +1183,7 @@ UNROLL
                 } else {
 UNROLL
                     for (int r = 0; r < RMC; r++) dot[r] = _mm256_setzero_si256();
-#pragma GCC unroll 1
+ROLLED
                     for (int c = 0; c < 8; c++) {
                         const __m256i q =
                             _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(block + 64 + 64 * c + 32 * h)), flip);
