@@ -1436,7 +1436,9 @@ static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64
         const int64_t ld = in->ld;
         const __m512i lanes = _mm512_mullo_epi32(_mm512_set1_epi32((int)ld),
                                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+#ifdef SPECVIZ_DPBF16
         const __m256i pairs = _mm512_castsi512_si256(lanes); /* pair j of 16 columns: ld · j dwords on */
+#endif
         for (int64_t r = 0; r < rows; r++)
             for (int64_t c = 0; c < cols; c += QBLOCK) {
                 float block[QBLOCK];
