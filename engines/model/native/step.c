@@ -1217,6 +1217,13 @@ UNROLL
  * time; the first asking for the next panel as it reads this one. Elsewhere (NEON, builds without AVX2) the scalar
  * form: correct, slow, unmeasured. */
 int specviz_int8_scalar = 0; /* set (by the test that compares the two forms): the scalar form everywhere */
+#if defined(SPECVIZ_VNNI)
+#define INT8_TILE tile_int8
+#define INT8_ROWS I8RM
+#elif defined(SPECVIZ_INT8_AVX2)
+#define INT8_TILE tile_int8_avx2
+#define INT8_ROWS I8RM_AVX2
+#endif
 
 static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t M, int64_t K, float *out,
                          int64_t ostride, const char *next) {
@@ -1224,8 +1231,8 @@ static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t
         int8_scalar_rows(panel, fmt, in, M, K, out, ostride);
         return;
     }
-#if defined(SPECVIZ_VNNI)
-    const int64_t tiles = (M + I8RM - 1) / I8RM, base = M / tiles, longer = M % tiles;
+#if defined(INT8_TILE)
+    const int64_t tiles = (M + INT8_ROWS - 1) / INT8_ROWS, base = M / tiles, longer = M % tiles;
     for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
         const Input at = rows_from(in, m);
         float *o = out + m * ostride;
@@ -1233,35 +1240,30 @@ static void product_int8(const uint8_t *panel, int fmt, const Input *in, int64_t
         switch ((int)(base + (t < longer))) {
 #define INT8_CASE(n)                                                                                                  \
     case n:                                                                                                           \
-        if (fmt == Q4_1_I8) tile_int8(panel, Q4_1_I8, K, &at, n, o, ostride, ahead);                                 \
-        else tile_int8(panel, Q8_0_I8, K, &at, n, o, ostride, ahead);                                                 \
+        if (fmt == Q4_1_I8) INT8_TILE(panel, Q4_1_I8, K, &at, n, o, ostride, ahead);                                 \
+        else INT8_TILE(panel, Q8_0_I8, K, &at, n, o, ostride, ahead);                                                 \
         break;
-            INT8_CASE(1) INT8_CASE(2) INT8_CASE(3) INT8_CASE(4) INT8_CASE(5) INT8_CASE(6) INT8_CASE(7) INT8_CASE(8)
-#if I8RM > 8
-            INT8_CASE(9) INT8_CASE(10) INT8_CASE(11) INT8_CASE(12)
+            INT8_CASE(1) INT8_CASE(2) INT8_CASE(3)
+#if INT8_ROWS >= 4
+            INT8_CASE(4)
+#endif
+#if INT8_ROWS >= 5
+            INT8_CASE(5)
+#endif
+#if INT8_ROWS >= 6
+            INT8_CASE(6)
+#endif
+#if INT8_ROWS >= 7
+            INT8_CASE(7)
+#endif
+#if INT8_ROWS >= 8
+            INT8_CASE(8)
+#endif
+#if INT8_ROWS > 8
+#error "int8 tiles of more than 8 rows spill (and have no case here)"
 #endif
 #undef INT8_CASE
-        default: break;
-        }
-    }
-#elif defined(SPECVIZ_INT8_AVX2)
-    const int64_t tiles = (M + I8RM_AVX2 - 1) / I8RM_AVX2, base = M / tiles, longer = M % tiles;
-    for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
-        const Input at = rows_from(in, m);
-        float *o = out + m * ostride;
-        const char *ahead = t == 0 ? next : NULL;
-        switch ((int)(base + (t < longer))) {
-#define INT8_AVX2_CASE(n)                                                                                             \
-    case n:                                                                                                           \
-        if (fmt == Q4_1_I8) tile_int8_avx2(panel, Q4_1_I8, K, &at, n, o, ostride, ahead);                            \
-        else tile_int8_avx2(panel, Q8_0_I8, K, &at, n, o, ostride, ahead);                                            \
-        break;
-            INT8_AVX2_CASE(1) INT8_AVX2_CASE(2) INT8_AVX2_CASE(3)
-#if I8RM_AVX2 > 3
-            INT8_AVX2_CASE(4)
-#endif
-#undef INT8_AVX2_CASE
-        default: break;
+        default: break; /* tiles never hold more than INT8_ROWS rows */
         }
     }
 #else
