@@ -189,8 +189,8 @@ def bytes_read(weight: torch.Tensor, readable: bool = False) -> int:
 
 
 def quantize_q8_0(weight: torch.Tensor) -> GGUFBlocks:
-    """``weight`` ``[out, in]`` (in a multiple of 32) quantized to Q8_0 blocks as llama.cpp makes them: each block of
-    32 gets d = max|w| / 127 (stored as fp16) and q = round(w / d), in −127..127. Why: with int8 products
+    """``weight`` ``[out, in]`` (in a multiple of 32) quantized to Q8_0 blocks, llama.cpp's format: each block of 32
+    gets d = max|w| / 127 (stored as fp16) and q = w / d rounded to nearest even, in −127..127. Why: with int8 products
     (``SPECVIZ_PRODUCTS=int8``) a weight the GGUF did not give blocks (a drafter's own layers, its head's gathered
     rows, any other model's weights) is read as these: half the bytes of bf16 and integer dot products, at the
     price of its numbers (each weight moved by at most d / 2)."""
@@ -203,4 +203,3 @@ def quantize_q8_0(weight: torch.Tensor) -> GGUFBlocks:
     q = np.clip(np.rint(np.divide(w, scale, out=np.zeros_like(w), where=scale != 0)), -127, 127).astype(np.int8)
     raw = np.concatenate([d.view(np.uint8), q.view(np.uint8)], axis=-1).reshape(rows, -1)
     return GGUFBlocks(FORMATS["Q8_0"], np.ascontiguousarray(raw))
-
