@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", help="write the run's events to this JSON-lines file")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_memory_arguments(gen)
+    add_isa_argument(gen)
     options = gen.add_argument_group("method options (only those of the chosen method apply)")
     for name, kind in method_option_fields().items():
         options.add_argument("--" + name.replace("_", "-"), dest=name, type=parse_bool if kind is bool else kind,
