@@ -125,7 +125,7 @@ class Engine:
         native = self.target.native
         said = describe(self.dtype, self.name, native=native is not None)
         return said + ("; int8 products (SPECVIZ_PRODUCTS=int8: inputs quantized to int8 against the GGUF's blocks, "
-                       "other outputs than the exact products')" if native is not None and native._int8 else "")
+                       "other outputs than the exact products')" if native is not None and native.int8_products else "")
 
     @property
     def dtype(self) -> str:

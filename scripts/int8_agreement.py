@@ -37,7 +37,7 @@ def engine_with(products: str, dtype: str) -> Engine:
             os.environ.pop(native_step.PRODUCTS_VARIABLE)
         else:
             os.environ[native_step.PRODUCTS_VARIABLE] = previous
-    if engine.target.native is None or engine.target.native._int8 != (products == "int8"):
+    if engine.target.native is None or engine.target.native.int8_products != (products == "int8"):
         raise SystemExit(f"the native step does not run {products} products here")
     return engine
 

@@ -48,7 +48,7 @@ def int8_stack(monkeypatch, dtype: torch.dtype = torch.bfloat16, seed: int = 0):
     monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, "int8")
     model = int8_model(seed, dtype)
     stack = Engine(model).target
-    assert stack.native is not None and stack.native._int8
+    assert stack.native is not None and stack.native.int8_products
     return model, stack
 
 
@@ -71,7 +71,7 @@ def test_int8_products_are_not_the_exact_ones_and_stay_near_them(monkeypatch):
     _, stack = int8_stack(monkeypatch)
     monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, "exact")
     exact = Engine(int8_model()).target
-    assert not exact.native._int8
+    assert not exact.native.int8_products
     tokens = [(13 * i + 7) % 200 for i in range(12)]
     with torch.inference_mode():
         a, b = stack.forward(tokens, stack.new_cache(32)), exact.forward(tokens, exact.new_cache(32))
@@ -144,7 +144,7 @@ def test_an_int8_linear_map_computes_the_quantized_products_numpy_computes(monke
 def test_every_methods_greedy_output_equals_ars_under_int8_products(monkeypatch, method, options):
     monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, "int8")
     engine = Engine(int8_model(seed=1))
-    assert engine.target.native._int8
+    assert engine.target.native.int8_products
     prompt = [5, 6, 7, 5, 6, 7, 5, 6]
     reference = engine.run(prompt, "ar", max_new_tokens=24)
     assert engine.run(prompt, method, max_new_tokens=24, **options).token_ids == reference.token_ids
@@ -162,7 +162,7 @@ def test_int8_products_need_heads_of_whole_blocks(monkeypatch, caplog):
 
     monkeypatch.setenv(native_step.PRODUCTS_VARIABLE, "int8")
     stack = Engine(quantized_model()).target
-    assert stack.native is not None and not stack.native._int8
+    assert stack.native is not None and not stack.native.int8_products
 
 
 def test_a_weight_without_blocks_reads_q8_0_blocks_made_from_it(monkeypatch):

@@ -393,10 +393,16 @@ class NativeStep:
         if self._int8 and head_dim % 32:
             _warn_int8_once(f"head_dim {head_dim} is no multiple of 32")
             self._int8 = False
+        every_format = sum(1 << code for code in gguf_blocks.FORMATS.values())
         self._quantized = 0 if plain else (
-            (1 << 1) | (1 << 2) if self._int8 else lib.specviz_quantized_formats(int(dtype == torch.bfloat16)))
+            every_format if self._int8 else lib.specviz_quantized_formats(int(dtype == torch.bfloat16)))
         self._config, self._rotary = config, rotary
         self._variants: dict[int, NativeStep] = {}  # MLP width → this step for blocks of that width (with_inter)
+
+    @property
+    def int8_products(self) -> bool:
+        """Whether this step's products take int8 inputs (``SPECVIZ_PRODUCTS=int8``, where the model allows)."""
+        return self._int8
 
     @classmethod
     def for_stack(cls, stack) -> "NativeStep | None":
@@ -496,38 +502,29 @@ class NativeStep:
         their format, or they do not widen, bit for bit, to the panels :meth:`_pack` makes of the weight itself
         (a weight changed since it was loaded; a conversion this build rounds otherwise): checked here once per
         weight, because the products' bits rest on it. With int8 products the blocks are laid out for integer dot
-        products (step.c's Q4_1_I8, Q8_0_I8: the format's code + 2), checked the same way, and no plain panels
-        are kept: those products' numbers are their own, so no row count may read the plain ones. A weight
-        without blocks (a drafter's layers and head rows, another model's weights) then reads Q8_0 blocks made
-        from it (:func:`~engines.model.gguf_blocks.quantize_q8_0`): its products' numbers are those blocks'."""
-        made = False
-        if self.reads_blocks(weight):
-            blocks = gguf_blocks.blocks_of(weight)
-        elif self._int8 and weight.dtype == self.dtype and weight.dim() == 2 and weight.shape[1] % 32 == 0:
-            # a weight the GGUF gave no blocks (a drafter's own, any other model's): its Q8_0 blocks, made here
-            blocks, made = gguf_blocks.quantize_q8_0(weight), True
-        else:
-            return None
-        fmt = blocks.format + (2 if self._int8 else 0)
+        products (step.c's Q4_1_I8, Q8_0_I8: the format's code + 2) once the format's own layout has passed the
+        same check (its widening is the vectorised one; the int8 layout's is weight by weight, 0.7 s a load), and
+        no plain panels are kept: those products' numbers are their own, so no row count may read the plain ones.
+        A weight without blocks (a drafter's layers and head rows, another model's weights) then reads Q8_0
+        blocks made from it (:func:`~engines.model.gguf_blocks.quantize_q8_0`): its products' numbers are
+        those blocks'."""
         n, k = weight.shape
-        if made:  # nothing to check: the blocks are the weight's, rounded to Q8_0 (its numbers now)
-            out = torch.empty(self.lib.specviz_quantized_bytes(n, k, fmt), dtype=torch.uint8)
-            _checked(self.lib.specviz_pack_quantized(blocks.blocks.ctypes.data, fmt, n, k, out.data_ptr()),
-                     "pack_quantized")
-            out.__dict__[_FORMAT] = fmt
-            return out
-        if self._int8 and blocks.format == gguf_blocks.FORMATS["Q8_0"] and _holds_q_minus_128(blocks.blocks, k):
+        if not self.reads_blocks(weight):
+            if not (self._int8 and weight.dtype == self.dtype and weight.dim() == 2 and k % 32 == 0):
+                return None
+            # a weight the GGUF gave no blocks: its Q8_0 blocks, made here from it, so nothing to check
+            return self._pack_blocks(gguf_blocks.quantize_q8_0(weight).blocks, gguf_blocks.FORMATS["Q8_0"] + 2, n, k)
+        blocks = gguf_blocks.blocks_of(weight)
+        source = np.ascontiguousarray(blocks.blocks)
+        if self._int8 and blocks.format == gguf_blocks.FORMATS["Q8_0"] and _holds_q_minus_128(source, k):
             _log.warning("specviz: a %s×%s weight's Q8_0 blocks hold q = -128, which the AVX2 int8 products cannot "
                          "negate; its products stay exact, on plain panels", n, k)
             gguf_blocks.mark_read(weight, False)
             return None
-        size = self.lib.specviz_quantized_bytes(n, k, fmt)
-        source = np.ascontiguousarray(blocks.blocks)
-        out = torch.empty(size, dtype=torch.uint8)
-        _checked(self.lib.specviz_pack_quantized(source.ctypes.data, fmt, n, k, out.data_ptr()), "pack_quantized")
+        out = self._pack_blocks(source, blocks.format, n, k)
         bf16 = int(weight.dtype == torch.bfloat16)
         widened = torch.empty(self.lib.specviz_packed_elems(n, k, bf16), dtype=weight.dtype)
-        _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), fmt, n, k, bf16, widened.data_ptr()),
+        _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), blocks.format, n, k, bf16, widened.data_ptr()),
                  "unpack_quantized")
         bits, plain = torch.int16 if bf16 else torch.int32, self._pack(weight)
         if not torch.equal(widened.view(bits), plain.view(bits)):
@@ -535,10 +532,17 @@ class NativeStep:
                          "since loading?); its products read plain panels", n, k)
             gguf_blocks.mark_read(weight, False)
             return None
-        out.__dict__[_FORMAT] = fmt
-        if not self._int8:
-            out.__dict__[_PLAIN] = plain  # step.c reads these past BLOCK_ROWS rows, where widening costs more
         gguf_blocks.mark_read(weight, True)
+        if self._int8:
+            return self._pack_blocks(source, blocks.format + 2, n, k)
+        out.__dict__[_PLAIN] = plain  # step.c reads these past BLOCK_ROWS rows, where widening costs more
+        return out
+
+    def _pack_blocks(self, blocks: np.ndarray, fmt: int, n: int, k: int) -> torch.Tensor:
+        """GGUF blocks ``[n, k / 32 · block bytes]`` in step.c's quantized panels of format ``fmt``."""
+        out = torch.empty(self.lib.specviz_quantized_bytes(n, k, fmt), dtype=torch.uint8)
+        _checked(self.lib.specviz_pack_quantized(blocks.ctypes.data, fmt, n, k, out.data_ptr()), "pack_quantized")
+        out.__dict__[_FORMAT] = fmt
         return out
 
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
