@@ -729,7 +729,8 @@ UNROLL
 
 /* One stored quantized panel widened into out (a plain panel of the model's dtype). */
 static inline void unpack_panel(const uint8_t *panel, int fmt, int64_t K, int bf16, void *out, const char *next) {
-    if (is_int8(fmt)) { /* only ever widened to check the packing against the weight (products never widen them) */
+    if (is_int8(fmt)) { /* weight by weight: the layout's reference (products never widen these; step.py checks a
+                         * weight's blocks in its format's own layout before laying them out for int8) */
         unpack_panel_scalar(panel, fmt, K, bf16, out);
         return;
     }
