@@ -8,7 +8,7 @@
 #   scripts/device_round/trim-index.sh      # data/ out of git's index for the round only: 6 MiB then travels
 #   device run "bash scripts/device_round/1-setup.sh"  carry: .gpu/whl .gpu/gguf.part0
 #   device run "bash scripts/device_round/2-bench.sh"  carry: .gpu/gguf.part1 data/drafts/eagle
-#   device run "bash scripts/device_round/3-train.sh"  carry: data/distill data/drafts/eagle3
+#   device run "bash scripts/device_round/3-train.sh 5"  carry: data/distill data/drafts/eagle3 data/drafts/eagle
 #   device run "bash scripts/device_round/4-tests.sh"  carry: data/drafts/eagle data/drafts/tiny data/drafts/ss
 #              data/drafts/exit@15-norm   (about 42 MiB with the 6 MiB tree)
 #   scripts/device_round/restore-index.sh   # afterwards, at once
