@@ -112,24 +112,6 @@ def test_tree_sizer_grows_when_verification_is_nearly_free():
     assert free.seen[free._bin(-0.5)] >= 1 and free.hits[free._bin(-0.5)] == 1
 
 
-def test_tree_sizer_prices_the_rounds_overhead():
-    """A fixed cost per round is amortised over more tokens by a larger tree: once the sizer has measured
-    rounds that cost more than drafting and the curve's forward, it sends more nodes."""
-    tree = DraftTreeNodes()
-    for i in range(20):
-        tree.add(TreeNode(i, -1, 1, score=-0.5 - 0.2 * i, rank=i))
-    sizer = TreeSizer(lambda n: 0.001 * n, max_nodes=60)
-    plain = sizer.choose(tree, 0.0)
-    for seconds in (0.030, 0.031, 0.5):  # the last one a stall: the median keeps it out
-        sizer.choose(tree, 0.0)
-        sizer.round_took(0.001 * (plain + 1) + seconds)
-    assert sizer.overhead == pytest.approx(0.031, abs=2e-3)
-    assert sizer.choose(tree, 0.0) > plain
-    sizer.round_took(1.0)  # the round the choose above planned: one more sample
-    sizer.round_took(2.0)  # no choose since: no sample
-    assert len(sizer._overheads) == 4
-
-
 @pytest.fixture(scope="module")
 def tiny_tree_engine():
     target = tiny_llama(vocab=8, layers=2, seed=1, logit_scale=4.0)

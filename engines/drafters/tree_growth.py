@@ -13,18 +13,15 @@ Children are top-k picks, not samples, so under sampling they are point masses f
 Choosing ``total_tokens`` per round (``auto``, this project's rule, not EAGLE-2's): offering the m
 most likely nodes is expected to commit 1 + Σ_{i≤m} P(node i accepted) tokens (a node adds one token
 exactly when it is on the accepted path). EAGLE-2 reads that chance off the score, exp(s); here it is
-calibrated on the run so far (:class:`TreeSizer`). A round costs the drafting already done, the
-target's forward over m + 1 tokens, read off the machine's verify-cost curve, and the round's own
-overhead (its bookkeeping on the host: masks, the walk, the cache, the trace), learned from the run's
-rounds; the m with the most expected tokens per second is sent.
+calibrated on the run so far (:class:`TreeSizer`). A round costs the drafting already done plus the
+target's forward over m + 1 tokens, read off the machine's verify-cost curve; the m with the most
+expected tokens per second is sent.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-import statistics
-from collections import deque
 
 import torch
 
@@ -84,7 +81,6 @@ class TreeSizer:
     """
 
     EDGES = (-0.25, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -3.5, -4.0, -5.0, -6.0)  # natural-log score bins
-    OVERHEAD_ROUNDS = 16  # the round overhead is the median of this many recent rounds' (robust to a stall)
 
     def __init__(self, verify_seconds, max_nodes: int, prior: float = 2.0):
         self.verify_seconds = verify_seconds  # n → seconds of a target forward over n tokens
@@ -92,12 +88,6 @@ class TreeSizer:
         self.prior = prior
         bins = len(self.EDGES) + 1
         self.seen, self.hits = [0] * bins, [0] * bins
-        # What a round costs beyond its drafting and the curve's forward (measured on a 2-core Zen 4 with the
-        # eagle head: about 2.5 ms against a 5.7 ms step). Leaving it out prices every round too low, which
-        # favours small trees: a fixed cost per round is amortised over more tokens by a larger one.
-        self.overhead = 0.0
-        self._overheads: deque[float] = deque(maxlen=self.OVERHEAD_ROUNDS)
-        self._planned: tuple[float, int] | None = None  # (draft seconds, nodes sent) of the round under way
 
     def _bin(self, score: float) -> int:
         """How many edges lie above ``score`` (a bisection: a round bins every node twice)."""
@@ -109,26 +99,13 @@ class TreeSizer:
 
     def choose(self, tree: DraftTreeNodes, draft_seconds: float) -> int:
         chances = sorted((self.acceptance(n.score) for n in tree.nodes), reverse=True)[: self.max_nodes]
-        fixed = draft_seconds + self.overhead
         best, best_rate, expected = 1, -1.0, 1.0
         for m, chance in enumerate(chances, start=1):
             expected += chance
-            rate = expected / (fixed + self.verify_seconds(m + 1))
+            rate = expected / (draft_seconds + self.verify_seconds(m + 1))
             if rate > best_rate:
                 best, best_rate = m, rate
-        self._planned = (draft_seconds, best)
         return best
-
-    def round_took(self, seconds: float) -> None:
-        """The whole round's wall time, once it closed: what it cost beyond its drafting and the curve's
-        forward over the nodes :meth:`choose` sent becomes one overhead sample (a no-op when choose was not
-        asked this round, e.g. a round cut short)."""
-        if self._planned is None:
-            return
-        draft_seconds, sent = self._planned
-        self._planned = None
-        self._overheads.append(max(seconds - draft_seconds - self.verify_seconds(sent + 1), 0.0))
-        self.overhead = statistics.median(self._overheads)
 
     def update(self, tree: DraftTreeNodes, committed: list[int]) -> None:
         """Learn from every candidate, sent or pruned: a node "hits" when its path spells the start of

@@ -42,7 +42,6 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
     round_ = 0
     while not out.done:
         round_ += 1
-        round_started = trace.now()
         tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
                                                       suffix)
         started = trace.now()
@@ -53,7 +52,6 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
                                          draft_depth=max((n.depth for n in sent.nodes), default=0))
         if sizer:
             sizer.update(tree, [sent.nodes[i].token for i in verdict.path] + [verdict.next_token])
-            sizer.round_took(trace.now() - round_started)
 
 
 def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: TreeSizer | None,
