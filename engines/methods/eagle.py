@@ -15,12 +15,13 @@ and a server (the target) over a simulated link, as MoA's paper compares them (:
 
 ``suffix_depth``: how long that chain may be; it costs no model step, so it reaches deeper than the tree.
 
-Defaults: depth 3, topk 2 (:mod:`engines.programs.tree`, shared with ``moa``), a suffix chain of 6. Re-fitted
-on a 2-core AMD EPYC Zen 4 in bf16 with the shipped ``eagle`` head (``specviz bench --max-new-tokens 128``,
-``data/bench/bf16/tree-shape/``; the old depth 4, topk 4 beside them on all 36 prompts): ``eagle`` 0.98×
-``ar`` against 0.89×, with the suffix chain 1.19× against 1.13× (τ 2.34 against 2.29). Each level costs a draft
-step whose nodes ``total_tokens="auto"`` rarely sends, and two candidates a node commit about as much as four.
-With ``auto`` the tree size follows the machine, so depth and topk only bound the candidates.
+Defaults: depth 2, topk 2 (:mod:`engines.programs.tree`, shared with ``moa``), a suffix chain of 6. Re-fitted
+on a 2-core AMD EPYC Zen 4 in bf16 with the shipped heads on the native step's GGUF blocks (``specviz bench
+--per-category 6 --max-new-tokens 128``, ``data/bench/bf16/tree-shape/gpu2-heads-depth2-36*``; depth 3 beside
+them on all 36 prompts, two runs): ``eagle`` 0.81× and 0.78× ``ar`` against 0.74× twice, with the suffix chain
+0.87× and 0.88× against 0.76× and 0.75× (τ 2.36 against 2.38), ``moa`` 0.54× against 0.52×. Each level costs a
+draft step whose nodes ``total_tokens="auto"`` rarely sends, and two candidates a node commit about as much as
+four. With ``auto`` the tree size follows the machine, so depth and topk only bound the candidates.
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
 MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
 # The default shape of every grown tree (eagle, moa), re-fitted on the shipped heads and this project's step
 # (docs/trees-and-cats.md, "The trees' shape"): with ``total_tokens=auto`` each extra level costs a draft step
-# that the sizer rarely spends its nodes on, and two candidates a node commit as much as four. The suffix
-# chain grafted in has its own length (engines.drafters.suffix.SUFFIX_CHAIN_DEPTH).
-TREE_DEPTH = 3
+# that the sizer rarely spends its nodes on (1.8-1.9 nodes a round on the GGUF's blocks, where verification
+# is steep), and two candidates a node commit as much as four. The suffix chain grafted in has its own length
+# (engines.drafters.suffix.SUFFIX_CHAIN_DEPTH), so a shallow tree does not shorten it.
+TREE_DEPTH = 2
 TREE_TOPK = 2
 
 
