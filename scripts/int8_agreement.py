@@ -14,17 +14,14 @@ per setting (``SPECVIZ_PRODUCTS`` is read when a native step is made).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-from pathlib import Path
 
 import torch
 
 from engines import Engine
 from engines.model.native import step as native_step
-
-PROMPTS = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
+from specviz.prompts import load_prompts
 
 
 def engine_with(products: str, dtype: str) -> Engine:
@@ -56,11 +53,11 @@ def main() -> None:
     if args.max_new_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--max-new-tokens and --limit must be >= 1")
     exact, int8 = engine_with("exact", args.dtype), engine_with("int8", args.dtype)
-    records = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()][: args.limit]
+    records = load_prompts()[: args.limit]
     agreed = total = whole = 0
     first_parts = []
     for record in records:
-        prompt = exact.encode([{"role": "user", "content": record["turns"][0]}])
+        prompt = exact.encode([{"role": "user", "content": record.turns[0]}])
         answer = exact.run(prompt, "ar", max_new_tokens=args.max_new_tokens).token_ids
         ids = prompt + answer
         start = len(prompt) - 1  # the row whose argmax is the answer's first token

@@ -40,10 +40,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def add_isa_argument(parser: argparse.ArgumentParser) -> None:
-    """Which build of the native step runs (``SPECVIZ_NATIVE_ISA`` for this process and the lane workers it
-    starts): its own curves and dtype choice are cached apart, so the AVX2 build can be measured on an AVX-512
-    machine without mixing the two."""
+def add_native_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which build of the native step runs and with which products (``SPECVIZ_NATIVE_ISA``, ``SPECVIZ_PRODUCTS``
+    for this process and the lane workers it starts): each build's curves and dtype choice are cached apart, so the
+    AVX2 build can be measured on an AVX-512 machine without mixing the two."""
     parser.add_argument("--isa", choices=["native", "avx2"], default=None,
                         help="native step build: native (-march=native, the default) or avx2 (x86-64-v3: AVX2, FMA, "
                              "F16C, no AVX-512; x86 only); sets SPECVIZ_NATIVE_ISA")
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", help="write the run's events to this JSON-lines file")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_memory_arguments(gen)
-    add_isa_argument(gen)
+    add_native_step_arguments(gen)
     options = gen.add_argument_group("method options (only those of the chosen method apply)")
     for name, kind in method_option_fields().items():
         options.add_argument("--" + name.replace("_", "-"), dest=name, type=parse_bool if kind is bool else kind,
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="verify n tokens with the bits of n one-token steps (auto: in bf16 on a CPU, where greedy "
                             "output then equals ar's; off: PyTorch's own attention, faster for many-token verifies)")
     add_memory_arguments(bench)
-    add_isa_argument(bench)
+    add_native_step_arguments(bench)
 
     disconnect = commands.add_parser("disconnection", help="MoA's disconnection experiment: the client continues "
                                                            "alone after B tokens (lossy); agreement with the connected run")
@@ -249,5 +249,5 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     cost.add_argument("--remeasure", action="store_true", help="measure again even if this machine's curve is cached")
     cost.add_argument("--json", action="store_true", help="print the curve as one JSON object")
-    add_isa_argument(cost)
+    add_native_step_arguments(cost)
     return parser

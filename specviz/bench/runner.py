@@ -243,7 +243,9 @@ def native_build(engine: Engine) -> dict:
 
     native = engine.target.native
     info = native_step.build_info() if native is not None else None
-    return ({"native_isa": info.isa, **({"products": "int8"} if native.int8_products else {})} if info is not None else {})
+    if info is None:
+        return {}
+    return {"native_isa": info.isa, "products": "int8"} if native.int8_products else {"native_isa": info.isa}
 
 
 def project_relative(path) -> str:

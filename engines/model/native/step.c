@@ -1214,8 +1214,8 @@ UNROLL
 #endif
 
 
-/* Every row of one int8-format panel: with VNNI, tiles of near-equal rows (at most I8RM); with AVX2, a row at a
- * time; the first asking for the next panel as it reads this one. Elsewhere (NEON, builds without AVX2) the scalar
+/* Every row of one int8-format panel, in tiles of near-equal rows (at most I8RM with VNNI, I8RM_AVX2 with AVX2),
+ * the first asking for the next panel as it reads this one. Elsewhere (NEON, builds without AVX2) the scalar
  * form: correct, slow, unmeasured. */
 int specviz_int8_scalar = 0; /* set (by the test that compares the two forms): the scalar form everywhere */
 #if defined(SPECVIZ_VNNI)
@@ -1375,9 +1375,6 @@ static inline void input_set(Input *in, int bf16, int64_t m, int64_t k, float va
 #endif
 }
 
-/* Rows [m0, m0 + rows) × columns [k0, k0 + cols) of a product's input from src (row-major, src_stride floats
- * apart), k0 even. Column by column (pairs of columns with bf16 pairs), each column's rows contiguous in the
- * k-major input: the stores run along memory, where writing a row at a time would scatter them ld apart. */
 /* ---- inputs quantized to int8, for the int8 products ----------------------------------------------------------
  * Each row's block of 32 k (as the product reads it: rounded to bf16 for a bf16 model) gets the scale
  * s = max|x| / 127 and q = x / s rounded to nearest even (times 1 / s, as llama.cpp's Q8 inputs): a row's q depend
@@ -1427,6 +1424,11 @@ static void quantize_rows(Input *in, int64_t m0, int64_t rows, int64_t k0, int64
 }
 
 int specviz_input_scalar = 0; /* set (by the test that compares the two): the column-by-column form everywhere */
+
+/* Rows [m0, m0 + rows) × columns [k0, k0 + cols) of a product's input from src (row-major, src_stride floats
+ * apart), k0 even; with quantize, those rows' int8 blocks too. Column by column (pairs of columns with bf16
+ * pairs), each column's rows contiguous in the k-major input: the stores run along memory, where writing a row at
+ * a time would scatter them ld apart; a bf16 model's whole blocks 32 columns at a time where AVX-512 allows. */
 static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64_t k0, int64_t cols, const float *src,
                             int64_t src_stride, int quantize) {
 #if defined(__AVX512F__) && defined(__AVX512VL__)
