@@ -43,7 +43,7 @@ OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
 }
 FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"packet_loss": (0.0, 0.99), "c": (0.01, 1.0)}
 # Where an option's default is "auto", the number its box shows until "auto" is unticked.
-AUTO_NUMBER = {"total_tokens": 16, "gamma": 5}
+AUTO_NUMBER = {"total_tokens": 16, "gamma": 5, "depth": 2}
 # Where an option's default is None ("unset"), the number its box shows until "unset" is unticked.
 UNSET_NUMBER = {"packet_loss": 0.01, "disconnect_after": 16, "stages": 2}
 OPTION_HELP = {
@@ -64,7 +64,8 @@ OPTION_HELP = {
     "max_ngram": "Longest n-gram of the latest tokens looked up in the context.",
     "min_ngram": "Shortest n-gram tried before giving up on drafting this round.",
     "exit_layer": "ℓ: the first ℓ layers of the target draft (early exit), all layers verify.",
-    "depth": "Levels the draft tree grows: the longest path a round can accept.",
+    "depth": "Levels the draft tree grows: the longest path a round can accept; 'auto' grows another level only "
+             "while this machine's verify-cost curve and the drafter's measured time expect it to pay.",
     "topk": "Children each expanded node proposes, and nodes expanded per level (EAGLE-2's k).",
     "total_tokens": "Tree nodes sent to the target after reranking; 'auto' picks the size each round from this "
                     "machine's verify-cost curve.",

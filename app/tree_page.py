@@ -12,10 +12,10 @@ from specviz.views.draft_trees import mean_tree_size, round_events
 MAX_TOTAL_TOKENS = 60  # the engine's MAX_TREE_NODES (validation has the last word)
 
 
-def tree_options(draft: str, depth: int, topk: int, auto: bool, total_tokens: int) -> dict:
+def tree_options(draft: str, depth: int, topk: int, auto: bool, total_tokens: int, auto_depth: bool = False) -> dict:
     """The ``eagle`` method's options as the sidebar sets them."""
-    return {"depth": int(depth), "topk": int(topk), "total_tokens": "auto" if auto else int(total_tokens),
-            "draft": draft}
+    return {"depth": "auto" if auto_depth else int(depth), "topk": int(topk),
+            "total_tokens": "auto" if auto else int(total_tokens), "draft": draft}
 
 
 def parse_sizes(text: str, largest: int = MAX_TOTAL_TOKENS) -> list[int]:

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from app.run_summary import strip_html
 from app.tree_page import parse_sizes
 from engines.methods.eagle import EagleConfig
+from engines.programs.tree import TREE_DEPTH
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "views" / "draft_trees.py"
@@ -74,7 +75,7 @@ def test_tree_page_grows_trees_shows_rounds_and_sweeps():
     at = grow(at)
     run = check_run(at, 12, 8)
     defaults = EagleConfig()
-    assert run["options"] == {"depth": defaults.depth, "topk": defaults.topk, "total_tokens": 8, "draft": "eagle"}
+    assert run["options"] == {"depth": TREE_DEPTH, "topk": defaults.topk, "total_tokens": 8, "draft": "eagle"}
     assert run["ar_source"] == "measured just now"
     assert run["text"] == run["ar"]["text"], "greedy eagle must write exactly what ar writes in float32"
     assert any("output equals ar: yes" in c.value for c in at.caption)

@@ -108,8 +108,34 @@ def test_tree_sizer_grows_when_verification_is_nearly_free():
     costly = TreeSizer(lambda n: float(n), max_nodes=60)
     assert free.choose(tree, 0.0) == 20
     assert costly.choose(tree, 0.0) < 5
+    alone = costly.choose(tree, 0.0)
+    costly.link_took(40.0)  # a round that waits on a slow link is worth more nodes
+    assert costly.choose(tree, 0.0) > alone
     free.update(tree, [0])  # node 0 (token 0) hit, every other missed
     assert free.seen[free._bin(-0.5)] >= 1 and free.hits[free._bin(-0.5)] == 1
+
+
+def test_tree_sizer_grows_a_level_only_when_it_is_expected_to_pay():
+    tree = DraftTreeNodes()
+    frontier = [tree.add(TreeNode(t, -1, 1, score=s, rank=r)) for r, (t, s) in enumerate([(5, -0.1), (6, -2.5)])]
+    free = TreeSizer(lambda n: 1.0, max_nodes=60)  # verification costs the same at every size
+    steep = TreeSizer(lambda n: float(n), max_nodes=60)  # each more row costs a whole step
+    assert free.deeper(tree, frontier, topk=2, draft_seconds=0.01)
+    assert not steep.deeper(tree, frontier, topk=2, draft_seconds=0.01)
+    free.level_took(5.0)  # a drafter call that costs five steps is not worth its children
+    assert not free.deeper(tree, frontier, topk=2, draft_seconds=0.01)
+    # learned: an accepted parent's children are never accepted, so a level is not worth a tenth of a step
+    learner = TreeSizer(lambda n: 1.0, max_nodes=60)
+    learner.level_took(0.1)
+    assert learner.deeper(tree, frontier, topk=2, draft_seconds=0.01), "the prior alone tries the level"
+    for _ in range(50):
+        grown = DraftTreeNodes()
+        root = grown.add(TreeNode(5, -1, 1, score=-0.1))
+        for rank in range(2):
+            grown.add(TreeNode(7 + rank, root, 2, score=-1.0, rank=rank))
+        learner.update(grown, [5, 9])  # the root's token committed, then one neither child drafted
+    assert learner.continuation(2, 0) < 0.05
+    assert not learner.deeper(tree, frontier, topk=2, draft_seconds=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +150,7 @@ def test_eagle_tree_greedy_equals_ar_on_tiny_model(tiny_tree_engine):
     engine = tiny_tree_engine
     for prompt in ([1, 2, 3], [4, 4, 5, 6]):
         expected = engine.run(prompt, "ar", max_new_tokens=12).token_ids
-        for options in ({"depth": 3, "topk": 2, "total_tokens": 5}, {"depth": 4, "topk": 3, "total_tokens": "auto"}):
+        for options in ({"depth": 3, "topk": 2, "total_tokens": 5}, {"depth": 4, "topk": 3, "total_tokens": "auto"},
+                        {"depth": "auto", "topk": 2, "total_tokens": "auto"}, {"depth": "auto", "total_tokens": 4}):
             result = engine.run(prompt, "eagle", max_new_tokens=12, draft="other", **options)
             assert result.token_ids == expected

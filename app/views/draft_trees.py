@@ -30,6 +30,7 @@ from engines.core.trace import Commit
 from engines.drafters.registry import TREE
 from engines.drafters.trained import drafters_for
 from engines.methods.eagle import EagleConfig
+from engines.programs.tree import TREE_DEPTH
 from specviz.experiments.tree_size_sweep import tree_size_sweep
 from specviz.views.draft_trees import (
     STATUS_COLOURS,
@@ -75,7 +76,12 @@ with tree_box:
                          help="eagle: EAGLE's feature head (one decoder layer on the target's hidden state); "
                               "tiny: a small 4-layer draft model; exit@ℓ-norm: the target's first ℓ layers with a "
                               "trained exit head. All are trained and shipped in data/drafts.")
-    depth = st.number_input("depth", 1, 12, EagleConfig.depth, step=1, key="tree:depth",
+    auto_depth = st.checkbox("depth: auto", value=False, key="tree:auto_depth",
+                             help="Grow another level only while it is expected to pay, from this machine's "
+                                  "verify-cost curve, the drafter's measured time and the acceptance seen so far "
+                                  "(the engine's default). Unticked, every round grows the same number of levels, "
+                                  "which draws the clearest trees.")
+    depth = st.number_input("depth", 1, 12, TREE_DEPTH, step=1, key="tree:depth", disabled=auto_depth,
                             help="Levels the tree grows: the longest path one round can accept.")
     topk = st.number_input("topk", 1, 16, EagleConfig.topk, step=1, key="tree:topk",
                            help="Children each expanded node proposes, and nodes expanded per level (EAGLE-2's k).")
@@ -84,7 +90,7 @@ with tree_box:
                             "and the acceptance seen so far.")
     total_tokens = st.number_input("total tokens", 1, th.MAX_TOTAL_TOKENS, 16, step=1, key="tree:total_tokens",
                                    disabled=auto, help="Nodes sent to the target per round after the rerank.")
-    options = th.tree_options(draft, depth, topk, auto, total_tokens)
+    options = th.tree_options(draft, depth, topk, auto, total_tokens, auto_depth)
 
 with settings_box:
     st.header("Generation")

@@ -16,12 +16,21 @@ exactly when it is on the accepted path). EAGLE-2 reads that chance off the scor
 calibrated on the run so far (:class:`TreeSizer`). A round costs the drafting already done plus the
 target's forward over m + 1 tokens, read off the machine's verify-cost curve; the m with the most
 expected tokens per second is sent.
+
+Choosing the depth per round (``depth=auto``, this project's rule too): before each further level the sizer
+asks whether it is expected to pay. The level's children are not drafted yet, so each frontier node's k children
+are priced at the node's calibrated chance times how often a child of that rank was accepted after its parent was,
+learned on the run (optimistic until seen, so that every level is tried); the level costs one more drafter call
+(its measured time) and the larger tree's forward. The level is grown when the best tree it allows is expected to
+commit more tokens per second than the best tree already grown. On a 2-core CPU, where verifying many rows is
+steep, that is most rounds one or two levels; after a confident root, and where verification is cheap, deeper.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import time
 
 import torch
 
@@ -30,14 +39,24 @@ from engines.core.sampling import Sampler
 from engines.drafters.tree_drafters import draft_logprobs
 
 
-def grow_tree(drafter, committed: list[int], depth: int, topk: int, sampler: Sampler) -> DraftTreeNodes:
+def grow_tree(drafter, committed: list[int], depth: int, topk: int, sampler: Sampler,
+              deeper: "TreeSizer | None" = None) -> DraftTreeNodes:
+    """``deeper``: a sizer that decides before each level past the first whether to grow it (``depth=auto``;
+    ``depth`` is then the most levels a round may grow)."""
     tree = DraftTreeNodes(drafter=drafter.name)
+    started = time.perf_counter()
     values, tokens = _top_children(*drafter.root(committed), topk, sampler)
     values, tokens = values[0], tokens[0]
     frontier = [tree.add(TreeNode(t, -1, 1, v, v, rank))
                 for rank, (v, t) in enumerate(zip(values, tokens)) if not math.isinf(v)]
     for level in range(2, depth + 1):
+        if deeper is not None:
+            now = time.perf_counter()
+            if not deeper.deeper(tree, frontier, topk, now - started):
+                break
         values, tokens = _top_children(*drafter.expand(tree, frontier), topk, sampler)
+        if deeper is not None:
+            deeper.level_took(time.perf_counter() - now)
         candidates = []
         for parent, row_values, row_tokens in zip(frontier, values, tokens):
             base = tree.nodes[parent].score
@@ -82,12 +101,18 @@ class TreeSizer:
 
     EDGES = (-0.25, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -3.5, -4.0, -5.0, -6.0)  # natural-log score bins
 
+    CHILD_PRIOR = (0.8, 0.3)  # a child's chance given its parent's, by rank, before the run has measured it
+
     def __init__(self, verify_seconds, max_nodes: int, prior: float = 2.0):
         self.verify_seconds = verify_seconds  # n → seconds of a target forward over n tokens
         self.max_nodes = max_nodes
         self.prior = prior
         bins = len(self.EDGES) + 1
         self.seen, self.hits = [0] * bins, [0] * bins
+        self.child_seen: dict[tuple[int, int], int] = {}  # (level, rank) → children of an accepted parent
+        self.child_hits: dict[tuple[int, int], int] = {}
+        self.level_seconds: float | None = None
+        self.link_seconds = 0.0  # a client–server round's link time (link_took); 0 on one device
 
     def _bin(self, score: float) -> int:
         """How many edges lie above ``score`` (a bisection: a round bins every node twice)."""
@@ -98,14 +123,47 @@ class TreeSizer:
         return (self.hits[b] + self.prior * math.exp(score)) / (self.seen[b] + self.prior)
 
     def choose(self, tree: DraftTreeNodes, draft_seconds: float) -> int:
-        chances = sorted((self.acceptance(n.score) for n in tree.nodes), reverse=True)[: self.max_nodes]
+        return self._best([self.acceptance(n.score) for n in tree.nodes], draft_seconds)[0]
+
+    def _best(self, chances: list[float], draft_seconds: float) -> tuple[int, float]:
+        """(m, expected tokens per second) of the best tree made of the m likeliest nodes."""
+        chances = sorted(chances, reverse=True)[: self.max_nodes]
         best, best_rate, expected = 1, -1.0, 1.0
         for m, chance in enumerate(chances, start=1):
             expected += chance
-            rate = expected / (draft_seconds + self.verify_seconds(m + 1))
+            rate = expected / (draft_seconds + self.link_seconds + self.verify_seconds(m + 1))
             if rate > best_rate:
                 best, best_rate = m, rate
-        return best
+        return best, best_rate
+
+    def deeper(self, tree: DraftTreeNodes, frontier: list[int], topk: int, draft_seconds: float) -> bool:
+        """Whether growing the frontier's children is expected to raise the round's tokens per second (module
+        docstring). Until a level has been timed, the root's call (``draft_seconds``) stands in for it."""
+        if not frontier:
+            return False
+        chances = [self.acceptance(n.score) for n in tree.nodes]
+        level = tree.nodes[frontier[0]].depth + 1
+        children = [chances[f] * self.continuation(level, rank)
+                    for f in frontier for rank in range(topk)]
+        level_seconds = self.level_seconds if self.level_seconds is not None else draft_seconds
+        now = self._best(chances, draft_seconds)[1]
+        grown = self._best(chances + children, draft_seconds + level_seconds)[1]
+        return grown > now
+
+    def continuation(self, level: int, rank: int) -> float:
+        """P(a rank-``rank`` child at ``level`` is accepted | its parent was), shrunk towards an optimistic prior
+        so that a level never grown is still tried."""
+        seen, hits = self.child_seen.get((min(level, 4), rank), 0), self.child_hits.get((min(level, 4), rank), 0)
+        return (hits + self.prior * self.CHILD_PRIOR[min(rank, len(self.CHILD_PRIOR) - 1)]) / (seen + self.prior)
+
+    def link_took(self, seconds: float) -> None:
+        """A round's time on a client–server link (both messages), timed: a running mean. A round that pays a
+        link's latency is worth more tokens, so larger and deeper trees pay sooner."""
+        self.link_seconds = 0.8 * self.link_seconds + 0.2 * seconds if self.link_seconds else seconds
+
+    def level_took(self, seconds: float) -> None:
+        """One level's drafter call, timed: a running mean over the last few (the drafter's cost moves little)."""
+        self.level_seconds = seconds if self.level_seconds is None else 0.8 * self.level_seconds + 0.2 * seconds
 
     def update(self, tree: DraftTreeNodes, committed: list[int]) -> None:
         """Learn from every candidate, sent or pruned: a node "hits" when its path spells the start of
@@ -118,6 +176,10 @@ class TreeSizer:
             b = self._bin(node.score)
             self.seen[b] += 1
             self.hits[b] += hit[i]
+            if node.parent >= 0 and parent_hit:
+                key = (min(node.depth, 4), node.rank)
+                self.child_seen[key] = self.child_seen.get(key, 0) + 1
+                self.child_hits[key] = self.child_hits.get(key, 0) + hit[i]
 
 
 _NEGATED_EDGES = tuple(-edge for edge in TreeSizer.EDGES)  # ascending: bisect counts the edges above a score

@@ -33,6 +33,11 @@ def int_or_auto(value):
     return value.strip() if isinstance(value, str) else value
 
 
+def auto_as_none(value):
+    """The programs' spelling of an ``auto`` option: ``None`` (chosen as the run goes)."""
+    return None if value == AUTO else value
+
+
 def require_int_or_auto(name: str, value, low: int, high: int | None = None) -> None:
     if value == AUTO:
         return
@@ -80,7 +85,8 @@ class Method:
         A size left to ``auto`` needs this machine's verify-cost curve: measured here (once per machine
         and dtype, a few seconds) rather than in the middle of the first run's timing.
         """
-        if AUTO in (getattr(self.config, "gamma", None), getattr(self.config, "total_tokens", None)):
+        if AUTO in (getattr(self.config, "gamma", None), getattr(self.config, "total_tokens", None),
+                    getattr(self.config, "depth", None)):
             self.engine.verify_cost()
 
     def check_sampling(self, greedy: bool) -> None:

@@ -15,13 +15,14 @@ and a server (the target) over a simulated link, as MoA's paper compares them (:
 
 ``suffix_depth``: how long that chain may be; it costs no model step, so it reaches deeper than the tree.
 
-Defaults: depth 2, topk 2 (:mod:`engines.programs.tree`, shared with ``moa``), a suffix chain of 6. Re-fitted
-on a 2-core AMD EPYC Zen 4 in bf16 with the shipped heads on the native step's GGUF blocks (``specviz bench
---per-category 6 --max-new-tokens 128``, ``data/bench/bf16/tree-shape/gpu2-heads-depth2-36*``; depth 3 beside
-them on all 36 prompts, two runs): ``eagle`` 0.81× and 0.78× ``ar`` against 0.74× twice, with the suffix chain
-0.87× and 0.88× against 0.76× and 0.75× (τ 2.36 against 2.38), ``moa`` 0.54× against 0.52×. Each level costs a
-draft step whose nodes ``total_tokens="auto"`` rarely sends, and two candidates a node commit about as much as
-four. With ``auto`` the tree size follows the machine, so depth and topk only bound the candidates.
+Defaults: topk 2 (:mod:`engines.programs.tree`, shared with ``moa``), a suffix chain of 6, and ``depth="auto"``:
+before each level past the first the sizer asks whether the level is expected to pay, pricing its children from the
+run's own acceptance, the drafter's measured time and the verify-cost curve (:meth:`TreeSizer.deeper
+<engines.drafters.tree_growth.TreeSizer.deeper>`). Measured on a 2-core AMD EPYC Zen 4 in bf16 on the native step's
+GGUF blocks (``specviz bench --per-category 6 --max-new-tokens 128``, ``data/bench/bf16/tree-shape/depth-auto-36``):
+``eagle`` 0.88× ``ar`` against 0.77× at a fixed depth 2 and 0.86× at depth 1, ``moa`` 0.55× against 0.52×. Two
+candidates a node commit about as much as four. With ``auto`` the tree follows the machine, so a number only bounds
+it: ``depth`` the levels, ``topk`` each level's candidates.
 """
 
 from __future__ import annotations
@@ -37,18 +38,18 @@ from engines.drafters.registry import TREE
 from engines.drafters.suffix import SUFFIX_CHAIN_DEPTH, SuffixDrafter
 from engines.drafters.trained import drafters_for, shipped_kind
 from engines.drafters.tree_drafters import EagleTreeDrafter, ExitTreeDrafter, ModelTreeDrafter
-from engines.methods.base import AUTO, Method, int_or_auto, require_int, require_int_or_auto
+from engines.methods.base import AUTO, Method, auto_as_none, int_or_auto, require_int, require_int_or_auto
 from engines.methods.link_config import LinkConfig
 from engines.model.layers import LayerStack
 from engines.programs.client_server import client_server_decode
-from engines.programs.tree import MAX_TREE_NODES, TREE_DEPTH, TREE_TOPK, tree_decode
+from engines.programs.tree import MAX_TREE_NODES, TREE_TOPK, tree_decode
 
 EXIT_DRAFT = re.compile(r"exit@(\d+)(-norm)?$")  # exit@ℓ: the model's own head at ℓ; exit@ℓ-norm: the trained one
 
 
 @dataclass
 class EagleConfig(LinkConfig):
-    depth: int = TREE_DEPTH
+    depth: int | str = AUTO
     topk: int = TREE_TOPK
     total_tokens: int | str = "auto"
     draft: str = "eagle"
@@ -58,9 +59,10 @@ class EagleConfig(LinkConfig):
     def __post_init__(self):
         super().__post_init__()
         self.total_tokens = int_or_auto(self.total_tokens)
+        self.depth = int_or_auto(self.depth)
 
     def validate(self, n_layers: int) -> None:
-        require_int("depth", self.depth, 1, 12)
+        require_int_or_auto("depth", self.depth, 1, 12)
         require_int("topk", self.topk, 1, 16)
         require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
         if not isinstance(self.draft, str) or not self.draft or self.draft == "self":
@@ -113,13 +115,12 @@ class EagleTree(Method):
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         suffix = (SuffixDrafter(corpus=self.engine.suffix_corpus, chain_depth=self.config.suffix_depth)
                   if self.config.merge_suffix else None)
-        auto = self.config.total_tokens == AUTO
-        curve = self.engine.verify_cost() if auto else None
-        total = None if auto else self.config.total_tokens
+        depth, total = auto_as_none(self.config.depth), auto_as_none(self.config.total_tokens)
+        curve = self.engine.verify_cost() if None in (depth, total) else None
         if self.config.client_server:
-            yield from client_server_decode(ctx, self._drafter(), self.config.link(), self.config.depth,
-                                            self.config.topk, total, curve.cost if curve else None,
-                                            self.config.disconnect_after, suffix)
+            yield from client_server_decode(ctx, self._drafter(), self.config.link(), depth, self.config.topk,
+                                            total, curve.cost if curve else None, self.config.disconnect_after,
+                                            suffix)
         else:
-            yield from tree_decode(ctx, self._drafter(), self.config.depth, self.config.topk, total,
+            yield from tree_decode(ctx, self._drafter(), depth, self.config.topk, total,
                                    curve.cost if curve else None, suffix)

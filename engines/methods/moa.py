@@ -21,10 +21,11 @@ from engines.core.context import DRAFT_MARGIN, DecodeContext
 from engines.core.trace import Event
 from engines.drafters.moa_drafter import MoADrafter
 from engines.drafters.moa_head import moa_name
-from engines.methods.base import AUTO, Method, decode_chain, int_or_auto, require_int, require_int_or_auto
+from engines.methods.base import (AUTO, Method, auto_as_none, decode_chain, int_or_auto, require_int,
+                                  require_int_or_auto)
 from engines.methods.link_config import LinkConfig
 from engines.programs.client_server import client_server_decode
-from engines.programs.tree import MAX_TREE_NODES, TREE_DEPTH, TREE_TOPK, tree_decode
+from engines.programs.tree import MAX_TREE_NODES, TREE_TOPK, tree_decode
 
 
 @dataclass
@@ -33,7 +34,7 @@ class MoAConfig(LinkConfig):
     lsa: bool = True
     drafter: str = ""  # a shipped MoA drafter by name; empty: moa-tli{tli} (-nolsa)
     tree: bool = True
-    depth: int = TREE_DEPTH
+    depth: int | str = AUTO
     topk: int = TREE_TOPK
     total_tokens: int | str = "auto"
     gamma: int | str = 4  # chain length when tree=False
@@ -41,6 +42,7 @@ class MoAConfig(LinkConfig):
     def __post_init__(self):
         super().__post_init__()
         self.total_tokens = int_or_auto(self.total_tokens)
+        self.depth = int_or_auto(self.depth)
         self.gamma = int_or_auto(self.gamma)
 
     def validate(self, n_layers: int) -> None:
@@ -50,7 +52,7 @@ class MoAConfig(LinkConfig):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.drafter, str):
             raise ValueError(f"drafter must be a shipped MoA drafter's name or empty, got {self.drafter!r}")
-        require_int("depth", self.depth, 1, 12)
+        require_int_or_auto("depth", self.depth, 1, 12)
         require_int("topk", self.topk, 1, 16)
         require_int_or_auto("total_tokens", self.total_tokens, 1, MAX_TREE_NODES)
         require_int_or_auto("gamma", self.gamma, 1, DRAFT_MARGIN)
@@ -87,16 +89,14 @@ class MixtureOfAttentions(Method):
     def decode(self, ctx: DecodeContext) -> Iterator[Event]:
         config = self.config
         drafter = MoADrafter(self.engine.trained_drafter(config.drafter_name), name=config.drafter_name)
-        auto = config.total_tokens == AUTO
-        curve = self.engine.verify_cost() if auto and config.tree else None
+        depth, total = auto_as_none(config.depth), auto_as_none(config.total_tokens)
+        curve = self.engine.verify_cost() if None in (depth, total) and config.tree else None
         cost = curve.cost if curve else None
         if config.client_server:
-            depth, topk, total = ((config.depth, config.topk, None if auto else config.total_tokens) if config.tree
-                                  else (config.gamma, 1, config.gamma))
+            depth, topk, total = (depth, config.topk, total) if config.tree else (config.gamma, 1, config.gamma)
             yield from client_server_decode(ctx, drafter, config.link(), depth, topk, total, cost,
                                             config.disconnect_after)
         elif config.tree:
-            yield from tree_decode(ctx, drafter, config.depth, config.topk, None if auto else config.total_tokens,
-                                   cost)
+            yield from tree_decode(ctx, drafter, depth, config.topk, total, cost)
         else:
             yield from decode_chain(self.engine, ctx, drafter, config.gamma)

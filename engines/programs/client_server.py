@@ -36,9 +36,8 @@ from engines.core.trace import Event, LinkSend
 from engines.drafters.base import sample_draft_token
 from engines.drafters.moa_drafter import MoADrafter, VerifiedBlock
 from engines.drafters.tree_drafters import EagleTreeDrafter
-from engines.drafters.tree_growth import TreeSizer
 from engines.network.link import Link, decode_draft, decode_verdict, encode_draft, encode_verdict
-from engines.programs.tree import MAX_TREE_NODES, draft_round
+from engines.programs.tree import draft_round, tree_sizer
 
 
 @dataclass
@@ -86,8 +85,8 @@ def rebuild_tree(tokens: list[int], parents: list[int]) -> DraftTreeNodes:
     return tree
 
 
-def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, topk: int, total_tokens: int | None,
-                         verify_seconds: Callable[[int], float] | None = None,
+def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int | None, topk: int,
+                         total_tokens: int | None, verify_seconds: Callable[[int], float] | None = None,
                          disconnect_after: int | None = None, suffix=None) -> Iterator[Event]:
     """``suffix``: a suffix drafter on the client whose chain joins every tree (see :mod:`engines.programs.tree`)."""
     trace = ctx.trace
@@ -120,7 +119,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
     out = Transcript(ctx)
     yield out.commit(0, ids, ["target"])
 
-    sizer = TreeSizer(verify_seconds, MAX_TREE_NODES) if total_tokens is None else None
+    sizer = tree_sizer(depth, total_tokens, verify_seconds)
     round_ = 0
     while not out.done:
         round_ += 1
@@ -128,6 +127,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
             yield from _alone(ctx, drafter, out, round_)
             return
         # client: draft a tree, send its ids and shape
+        link_before = link_time[0]
         tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
                                                       suffix)
         up = encode_draft(sent.tokens, sent.parents)
@@ -155,6 +155,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int, to
                                          draft_depth=max((n.depth for n in sent.nodes), default=0))
         if sizer:
             sizer.update(tree, [verified.nodes[i].token for i in verdict.path] + [verdict.next_token])
+            sizer.link_took(link_time[0] - link_before)
 
 
 def _alone(ctx: DecodeContext, drafter, out: Transcript, round_: int) -> Iterator[Event]:

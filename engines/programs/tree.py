@@ -19,27 +19,32 @@ from engines.drafters.suffix import SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
 
 MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
-# The default shape of every grown tree (eagle, moa), re-fitted on the shipped heads and this project's step
-# (docs/trees-and-cats.md, "The trees' shape"): with ``total_tokens=auto`` each extra level costs a draft step
-# that the sizer rarely spends its nodes on (1.8-1.9 nodes a round on the GGUF's blocks, where verification
-# is steep), and two candidates a node commit as much as four. The suffix chain grafted in has its own length
+# The grown trees' shape (eagle, moa), re-fitted on the shipped heads and this project's step (docs/trees-and-cats.md,
+# "The trees' shape"). Their depth is chosen every round by default (``depth=auto``: TreeSizer.deeper): on the
+# GGUF's blocks, where verification is steep, a fixed depth 2 trailed it by 8-11 points of speedup and depth 1 tied
+# it. A fixed TREE_DEPTH is what the teaching views draw (a tree with grandchildren) and the dashboard's depth box
+# shows. Two candidates a node commit about as much as four. The suffix chain grafted in has its own length
 # (engines.drafters.suffix.SUFFIX_CHAIN_DEPTH), so a shallow tree does not shorten it.
 TREE_DEPTH = 2
 TREE_TOPK = 2
+# ``depth=auto``: the most levels a round may grow while the sizer expects each to pay (at topk 2-3 its candidates
+# stay far inside MAX_TREE_NODES).
+MAX_AUTO_DEPTH = 8
 
 
-def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens: int | None,
+def tree_decode(ctx: DecodeContext, drafter, depth: int | None, topk: int, total_tokens: int | None,
                 verify_seconds: Callable[[int], float] | None = None,
                 suffix: SuffixDrafter | None = None) -> Iterator[Event]:
     """``total_tokens=None`` sizes every tree with :class:`~engines.drafters.tree_growth.TreeSizer` on
-    ``verify_seconds``; ``suffix`` merges a suffix drafter's chain into every tree."""
+    ``verify_seconds``, ``depth=None`` lets it choose each round's depth too; ``suffix`` merges a suffix
+    drafter's chain into every tree."""
     trace = ctx.trace
     observe = tuple(getattr(drafter, "observe_layers", ()))
     cache, out, opening = open_with_drafter(ctx, drafter)
     yield from opening
     if suffix is not None:
         suffix.start(ctx, cache)
-    sizer = TreeSizer(verify_seconds, MAX_TREE_NODES) if total_tokens is None else None
+    sizer = tree_sizer(depth, total_tokens, verify_seconds)
     round_ = 0
     while not out.done:
         round_ += 1
@@ -55,7 +60,16 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int, topk: int, total_tokens
             sizer.update(tree, [sent.nodes[i].token for i in verdict.path] + [verdict.next_token])
 
 
-def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: TreeSizer | None,
+def tree_sizer(depth: int | None, total_tokens: int | None, verify_seconds) -> TreeSizer | None:
+    """The round's sizer where anything is ``auto`` (``None``): the tree's size, its depth, or both."""
+    if depth is not None and total_tokens is not None:
+        return None
+    if verify_seconds is None:
+        raise ValueError("an auto tree size or depth needs the machine's verify-cost curve")
+    return TreeSizer(verify_seconds, MAX_TREE_NODES)
+
+
+def draft_round(ctx: DecodeContext, drafter, out, depth: int | None, topk: int, sizer: TreeSizer | None,
                 total_tokens: int | None, round_: int, suffix: SuffixDrafter | None = None):
     """Grow this round's tree and choose the nodes to verify (every tree loop, one device or client–server):
     yields the round's draft events, returns ``(tree, sent_ids, sent)`` — ``tree`` the model's own (what the
@@ -63,9 +77,9 @@ def draft_round(ctx: DecodeContext, drafter, out, depth: int, topk: int, sizer: 
     trace = ctx.trace
     started = trace.now()
     room = max(out.remaining - 1, 1)  # a round commits one token past its drafts
-    depth = min(depth, room)
-    tree = grow_tree(drafter, out.ids, depth, topk, ctx.sampler)
-    size = sizer.choose(tree, trace.now() - started) if sizer else total_tokens
+    levels = min(MAX_AUTO_DEPTH if depth is None else depth, room)
+    tree = grow_tree(drafter, out.ids, levels, topk, ctx.sampler, deeper=sizer if depth is None else None)
+    size = sizer.choose(tree, trace.now() - started) if total_tokens is None else total_tokens
     sent_ids = best_nodes(tree, size)
     shown, placed = tree, {}
     if suffix is not None:

@@ -123,6 +123,14 @@ def mean_tree_size(events: Sequence[Event]) -> float:
     return sum(c.drafted for c in rounds) / len(rounds) if rounds else 0.0
 
 
+def mean_levels(events: Sequence[Event]) -> float:
+    """Levels the drafter grew per round (its deepest node; a grafted suffix chain's nodes are not its own): one
+    drafter call each, whether the depth was fixed or chosen round by round (``depth="auto"``)."""
+    depths = [max((n["depth"] for n in e.nodes if n.get("source") != "suffix"), default=0)
+              for e in events if isinstance(e, DraftTree)]
+    return sum(depths) / len(depths) if depths else 0.0
+
+
 def run_row(name: str, events: Sequence[Event], ar_tokens_per_s: float | None = None) -> dict:
     """One line of a comparison table: speed, τ, tree size and the speedup over ``ar``."""
     stats = events[-1].stats
