@@ -7,7 +7,7 @@ bottom as a layout, and these pieces can be checked without a Streamlit runtime.
 from __future__ import annotations
 
 from engines.core.trace import Commit, Event
-from specviz.views.draft_trees import mean_tree_size, round_events
+from specviz.views.draft_trees import mean_levels, mean_tree_size, round_events
 
 MAX_TOTAL_TOKENS = 60  # the engine's MAX_TREE_NODES (validation has the last word)
 
@@ -33,12 +33,13 @@ def parse_sizes(text: str, largest: int = MAX_TOTAL_TOKENS) -> list[int]:
 
 
 def metric_values(stats: dict, events: list[Event], ar_stats: dict | None) -> dict[str, str]:
-    """The four headline numbers of a tree run, formatted."""
+    """The five headline numbers of a tree run, formatted."""
     speedup = stats["tokens_per_s"] / ar_stats["tokens_per_s"] if ar_stats and ar_stats["tokens_per_s"] else None
     return {
         "tok/s": f"{stats['tokens_per_s']:.1f}",
         "τ (mean accepted length)": f"{stats['mean_accepted_length']:.2f}",
         "mean tree size": f"{mean_tree_size(events):.1f}",
+        "levels a round": f"{mean_levels(events):.2f}",
         "speedup vs ar": "—" if speedup is None else f"{speedup:.2f}×",
     }
 
@@ -49,6 +50,8 @@ METRIC_HELP = {
                                 "bonus or correction token.",
     "mean tree size": "Draft-tree nodes sent to the target per round (after EAGLE-2's rerank): what each "
                       "verification forward pays for, besides the root.",
+    "levels a round": "Levels the drafter grew per round, one drafter call each: the depth you set, or with "
+                      "depth auto what this machine's verify cost and the run's acceptance made worth growing.",
     "speedup vs ar": "tok/s of this run ÷ tok/s of autoregressive decoding of the same prompt with the same "
                      "settings on the same engine (measured in this session).",
 }

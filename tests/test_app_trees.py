@@ -14,12 +14,12 @@ from streamlit.testing.v1 import AppTest
 from app.run_summary import strip_html
 from app.tree_page import parse_sizes
 from engines.methods.eagle import EagleConfig
-from engines.programs.tree import TREE_DEPTH
+from engines.programs.tree import MAX_AUTO_DEPTH, TREE_DEPTH
 
 APP = Path(__file__).resolve().parents[1] / "app"
 PAGE = APP / "views" / "draft_trees.py"
 
-METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "mean tree size", "speedup vs ar"]
+METRIC_LABELS = ["tok/s", "τ (mean accepted length)", "mean tree size", "levels a round", "speedup vs ar"]
 PROMPT = "List three primary colours, then three secondary colours."
 
 
@@ -62,6 +62,8 @@ def check_run(at: AppTest, max_new_tokens: int, largest_tree: int) -> dict:
     assert float(values["tok/s"]) > 0
     assert float(values["τ (mean accepted length)"]) >= 1.0
     assert 0 < float(values["mean tree size"]) <= largest_tree
+    depth = run["options"]["depth"]
+    assert 1 <= float(values["levels a round"]) <= (depth if isinstance(depth, int) else MAX_AUTO_DEPTH)
     assert values["speedup vs ar"].endswith("×") and float(values["speedup vs ar"][:-1]) > 0
     assert len(at.get("plotly_chart")) == 2, "the round's tree beside its mask"
     assert any(c.value.startswith("Round ") for c in at.caption)
@@ -107,11 +109,14 @@ def test_tree_page_grows_trees_shows_rounds_and_sweeps():
     assert len(at.get("plotly_chart")) == 2, "a sweep belongs to the run it was made for"
 
 
-def test_auto_sized_trees_of_the_tiny_drafter():
-    at = grow(new_page(), total_tokens=None, draft="tiny")
+def test_auto_sized_auto_deep_trees_of_the_tiny_drafter():
+    at = new_page()
+    at.checkbox(key="tree:auto_depth").check()
+    at = grow(at, total_tokens=None, draft="tiny")
     run = check_run(at, 12, 60)
-    assert run["options"]["total_tokens"] == "auto" and run["options"]["draft"] == "tiny"
-    assert at.number_input(key="tree:total_tokens").disabled
+    assert run["options"]["total_tokens"] == "auto" and run["options"]["depth"] == "auto"
+    assert run["options"]["draft"] == "tiny"
+    assert at.number_input(key="tree:total_tokens").disabled and at.number_input(key="tree:depth").disabled
 
 
 def test_bad_input_shows_the_engines_message():
