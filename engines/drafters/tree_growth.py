@@ -22,8 +22,9 @@ asks whether it is expected to pay. The level's children are not drafted yet, so
 are priced at the node's calibrated chance times how often a child of that rank was accepted after its parent was,
 learned on the run (optimistic until seen, so that every level is tried); the level costs one more drafter call
 (its measured time) and the larger tree's forward. The level is grown when the best tree it allows is expected to
-commit more tokens per second than the best tree already grown. On a 2-core CPU, where verifying many rows is
-steep, that is most rounds one or two levels; after a confident root, and where verification is cheap, deeper.
+commit more tokens per second than the best tree already grown. On a 2-core Zen 4, where verifying many rows is
+steep, that was one level in most rounds (1.04-1.10 a round, docs/trees-and-cats.md); a confident root, or a flatter
+verify-cost curve, makes a deeper level pay sooner.
 """
 
 from __future__ import annotations
