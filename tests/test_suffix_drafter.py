@@ -140,6 +140,25 @@ def test_auto_verifies_only_the_prefix_its_evidence_pays_for(engine, monkeypatch
     assert draft.evidence == [evidence(m) for _, m in drafter.last] and len(draft.evidence) == 3
 
 
+def test_an_auto_sized_merged_tree_cuts_its_chain_by_evidence(engine, monkeypatch):
+    """``total_tokens=auto`` with ``merge_suffix``: the grafted chain keeps only the prefix that pays beside the
+    model's nodes (:class:`ChainCut`): where each row costs a whole step no chain token is sent, where rows are
+    free some are; the output is ``ar``'s either way."""
+    curve = engine.verify_cost()
+    expected = engine.run(PROMPTS[0], "ar", max_new_tokens=24).token_ids
+
+    def chain_nodes_sent(result) -> int:
+        return sum(n["sent"] and n["source"] == "suffix" for e in result.events if e.kind == "draft_tree"
+                   for n in e.nodes)
+
+    monkeypatch.setattr(curve, "cost", lambda n: 0.01 * n)
+    steep = engine.run(PROMPTS[0], "eagle", draft="exit@1", merge_suffix=True, max_new_tokens=24)
+    monkeypatch.setattr(curve, "cost", lambda n: 0.01)
+    flat = engine.run(PROMPTS[0], "eagle", draft="exit@1", merge_suffix=True, max_new_tokens=24)
+    assert steep.token_ids == flat.token_ids == expected
+    assert chain_nodes_sent(steep) == 0 < chain_nodes_sent(flat)
+
+
 def test_the_grafted_chain_has_its_own_length(engine):
     """``suffix_depth``, not the model tree's ``depth``, bounds the chain a merged tree grafts in: a one-level
     tree carries chains deeper than one, never deeper than ``suffix_depth``, and the output stays ``ar``'s."""

@@ -166,6 +166,9 @@ def test_a_draft_with_evidence_is_cut_where_its_doubtful_tokens_begin():
     assert length.cut(["sure", "sure", "doubtful", "sure"]) == 2
     assert length.cut(["doubtful", "sure"]) == 0  # a doubtful first token: verify nothing, one step's cost
     assert length.cut([]) == 0
+    assert length.cut(["doubtful", "sure"], free=1) == 1  # sent anyway: kept, but a doubtful one makes the next dear
+    assert length.cut(["sure", "sure"], free=1) == 2
+    assert length.cut(["sure"]) == 1 and length.cut(["sure"], expected=5.0) == 0  # a row a rich round need not pay
     length.update(drafted=3, accepted=0, draft_seconds=0.0, evidence=["sure", "doubtful", "doubtful"])
     assert length.by_evidence["doubtful"][1] == 20  # positions after the rejection were never judged
     hopeless = DraftLength(curve, max_gamma=16)

@@ -84,16 +84,24 @@ class DraftLength:
         return max(range(1, limit + 1),
                    key=lambda g: self.expected_tokens(g, alpha) / (g * step + self.verify_seconds(g + 1)))
 
-    def cut(self, evidence: Sequence[Hashable]) -> int:
+    def cut(self, evidence: Sequence[Hashable], expected: float = 1.0, rows: int = 1, seconds: float = 0.0,
+            free: int = 0) -> int:
         """How many of a proposal's tokens to verify (0 … len(evidence)): the prefix with the most expected
         tokens per second, token i accepted (once those before it were) with its evidence's estimate. The
-        tokens are already drafted, so only verification is priced."""
-        best, keep = 1.0 / self.verify_seconds(1), 0
-        expected, reached = 1.0, 1.0
-        for i, kind in enumerate(evidence[: self.max_gamma]):
+        tokens are already drafted, so only verification is priced. ``expected``, ``rows`` and ``seconds``: what
+        the round holds besides them (a chain round: the bonus token, the root's row; a tree round with a chain
+        grafted in: the model's nodes too, and its drafting). The first ``free`` tokens are sent anyway (a
+        model's nodes that spell them): kept, and neither priced nor counted again."""
+        evidence = evidence[: self.max_gamma]
+        free = min(free, len(evidence))
+        reached = 1.0
+        for kind in evidence[:free]:
+            reached *= self.alpha_for(kind)
+        best, keep = expected / (seconds + self.verify_seconds(rows)), free
+        for i, kind in enumerate(evidence[free:], start=free):
             reached *= self.alpha_for(kind)
             expected += reached
-            rate = expected / self.verify_seconds(i + 2)
+            rate = expected / (seconds + self.verify_seconds(rows + i - free + 1))
             if rate > best:
                 best, keep = rate, i + 1
         return keep

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from engines.core.context import DecodeContext
+from engines.core.draft_length import DraftLength
 from engines.core.draft_tree import DraftTreeNodes, TreeNode
 from engines.core.options import require_choice, require_int
 from engines.core.sampling import Sampler
@@ -320,3 +321,47 @@ def graft(tree: DraftTreeNodes, sent_ids: list[int], branches: DraftTreeNodes,
             sent.add(same)
         placed[i] = same
     return merged, sorted(sent), placed
+
+
+class ChainCut:
+    """A suffix chain grafted into an auto-sized tree, cut by its evidence as ``sps(draft=suffix,gamma=auto)`` cuts
+    its chain (:meth:`DraftLength.cut`): the round keeps the chain's prefix with the most expected tokens per
+    second beside the model's nodes. Why: grafted whole, the chain sent about 4 rows a round that the model's
+    tree did not, each priced by the verify-cost curve whether or not its kind of match is ever accepted. The
+    chain's leading tokens that the sent model nodes already spell are kept and cost nothing more. What each
+    kind of match is worth is learned on the run from how far the round's accepted path followed the chain."""
+
+    def __init__(self, verify_seconds):
+        self.length = DraftLength(verify_seconds)
+        self.tokens: list[int] = []  # the chain kept this round, and each token's kind of match
+        self.kinds: list[tuple] = []
+
+    def cut(self, suffix: SuffixDrafter, chain: DraftTreeNodes, tree: DraftTreeNodes, sent_ids: list[int],
+            expected: float, seconds: float) -> DraftTreeNodes:
+        """``chain`` (the drafter's last proposal, a chain) cut to the prefix that pays; ``expected``: the tokens
+        the model's sent nodes are expected to commit, the bonus included; ``seconds``: the round's drafting."""
+        kinds = [evidence(match) for _, match in suffix.last]
+        tokens = [node.token for node in chain.nodes]
+        keep = self.length.cut(kinds, expected, 1 + len(sent_ids), seconds, free=_spelled(tree, sent_ids, tokens))
+        self.tokens, self.kinds = tokens[:keep], kinds[:keep]
+        suffix.last = suffix.last[:keep]
+        return chain.subset(list(range(keep)))
+
+    def learn(self, path_tokens: list[int]) -> None:
+        """After the verdict: how far the accepted path (its tokens, root excluded) followed the kept chain."""
+        accepted = 0
+        while accepted < min(len(self.tokens), len(path_tokens)) and self.tokens[accepted] == path_tokens[accepted]:
+            accepted += 1
+        self.length.update(len(self.tokens), accepted, 0.0, self.kinds)
+
+
+def _spelled(tree: DraftTreeNodes, sent_ids: list[int], tokens: list[int]) -> int:
+    """How many of ``tokens``, from the root, a path of sent nodes of ``tree`` already spells."""
+    sent, at, n = set(sent_ids), -1, 0
+    kids = tree.children()
+    for token in tokens:
+        at = next((c for c in kids.get(at, []) if c in sent and tree.nodes[c].token == token), None)
+        if at is None:
+            break
+        n += 1
+    return n

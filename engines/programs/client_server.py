@@ -35,9 +35,10 @@ from engines.core.round import close_round
 from engines.core.trace import Event, LinkSend
 from engines.drafters.base import sample_draft_token
 from engines.drafters.moa_drafter import MoADrafter, VerifiedBlock
+from engines.drafters.suffix import ChainCut
 from engines.drafters.tree_drafters import EagleTreeDrafter
 from engines.network.link import Link, decode_draft, decode_verdict, encode_draft, encode_verdict
-from engines.programs.tree import draft_round, tree_sizer
+from engines.programs.tree import draft_round, learn, tree_sizer
 
 
 @dataclass
@@ -120,6 +121,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int | N
     yield out.commit(0, ids, ["target"])
 
     sizer = tree_sizer(depth, total_tokens, verify_seconds)
+    chain_cut = ChainCut(verify_seconds) if suffix is not None and total_tokens is None else None
     round_ = 0
     while not out.done:
         round_ += 1
@@ -129,7 +131,7 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int | N
         # client: draft a tree, send its ids and shape
         link_before = link_time[0]
         tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
-                                                      suffix)
+                                                      suffix, chain_cut)
         up = encode_draft(sent.tokens, sent.parents)
         yield from send(up, "up", round_, "draft tree: ids + tree positions")
         # server: verify, keep the accepted path, compute the client's activations; then down to the client
@@ -153,8 +155,8 @@ def client_server_decode(ctx: DecodeContext, drafter, link: Link, depth: int | N
         verdict = yield from close_round(ctx, out, cache, round_, verified, logits, started, observe=server_observes,
                                          drafter=drafter, node_ids=sent_ids, deliver=deliver,
                                          draft_depth=max((n.depth for n in sent.nodes), default=0))
+        learn(sizer, chain_cut, tree, [verified.nodes[i].token for i in verdict.path], verdict.next_token)
         if sizer:
-            sizer.update(tree, [verified.nodes[i].token for i in verdict.path] + [verdict.next_token])
             sizer.link_took(link_time[0] - link_before)
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from engines.core.context import DecodeContext, drafter_events, open_with_drafter, target_forward
 from engines.core.round import close_round, draft_event, observe_rows
 from engines.core.trace import Event
-from engines.drafters.suffix import SuffixDrafter, graft, match_event
+from engines.drafters.suffix import ChainCut, SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
 
 MAX_TREE_NODES = 60  # stays inside the cache's draft margin (engines.core.context.DRAFT_MARGIN)
@@ -45,19 +45,27 @@ def tree_decode(ctx: DecodeContext, drafter, depth: int | None, topk: int, total
     if suffix is not None:
         suffix.start(ctx, cache)
     sizer = tree_sizer(depth, total_tokens, verify_seconds)
+    chain_cut = ChainCut(verify_seconds) if suffix is not None and total_tokens is None else None
     round_ = 0
     while not out.done:
         round_ += 1
         tree, sent_ids, sent = yield from draft_round(ctx, drafter, out, depth, topk, sizer, total_tokens, round_,
-                                                      suffix)
+                                                      suffix, chain_cut)
         started = trace.now()
         logits, seen = target_forward(ctx, cache, [out.ids[-1]] + sent.tokens, observe,
                                       parents=sent.verify_parents())
         verdict = yield from close_round(ctx, out, cache, round_, sent, logits, started,
                                          observe=observe_rows(drafter, seen), drafter=drafter, node_ids=sent_ids,
                                          draft_depth=max((n.depth for n in sent.nodes), default=0))
-        if sizer:
-            sizer.update(tree, [sent.nodes[i].token for i in verdict.path] + [verdict.next_token])
+        learn(sizer, chain_cut, tree, [sent.nodes[i].token for i in verdict.path], verdict.next_token)
+
+
+def learn(sizer: TreeSizer | None, chain_cut: ChainCut | None, tree, path_tokens: list[int], next_token: int) -> None:
+    """After a verdict: the sizer and the chain's cut learn what the round committed."""
+    if sizer:
+        sizer.update(tree, path_tokens + [next_token])
+    if chain_cut:
+        chain_cut.learn(path_tokens)
 
 
 def tree_sizer(depth: int | None, total_tokens: int | None, verify_seconds) -> TreeSizer | None:
@@ -70,7 +78,8 @@ def tree_sizer(depth: int | None, total_tokens: int | None, verify_seconds) -> T
 
 
 def draft_round(ctx: DecodeContext, drafter, out, depth: int | None, topk: int, sizer: TreeSizer | None,
-                total_tokens: int | None, round_: int, suffix: SuffixDrafter | None = None):
+                total_tokens: int | None, round_: int, suffix: SuffixDrafter | None = None,
+                chain_cut: ChainCut | None = None):
     """Grow this round's tree and choose the nodes to verify (every tree loop, one device or client–server):
     yields the round's draft events, returns ``(tree, sent_ids, sent)`` — ``tree`` the model's own (what the
     sizer learns from), ``sent_ids`` numbered as the DraftTree event's nodes (the model's, then suffix ones)."""
@@ -85,6 +94,9 @@ def draft_round(ctx: DecodeContext, drafter, out, depth: int | None, topk: int, 
     if suffix is not None:
         length = min(suffix.chain_depth, room)
         chain = suffix.propose_tree(out.ids, length, max_nodes=length, branching=1)
+        if chain_cut is not None:  # an auto size: the chain's prefix that pays beside the model's nodes
+            expected = 1 + sum(sizer.acceptance(tree.nodes[i].score) for i in sent_ids)
+            chain = chain_cut.cut(suffix, chain, tree, sent_ids, expected, trace.now() - started)
         shown, sent_ids, placed = graft(tree, sent_ids, chain, MAX_TREE_NODES)
     sent = shown.subset(sent_ids)
     if trace.detailed:
