@@ -112,8 +112,9 @@ def engine() -> Engine:
     ("sps", {"draft": "suffix", "gamma": "auto"}),
     ("pld", {"gamma": "auto"}),
     ("eagle", {"draft": "exit@1", "merge_suffix": True, "total_tokens": 4}),
+    ("eagle", {"draft": "other", "merge_suffix": True}),
     ("ssd", {"backup": "suffix", "draft": "other", "mode": "serial", "f": 1}),
-], ids=["sps", "sps-auto", "pld-auto", "eagle-merged", "ssd-backup"])
+], ids=["sps", "sps-auto", "pld-auto", "eagle-merged", "eagle-merged-auto", "ssd-backup"])
 def test_greedy_equals_ar(engine, method, options):
     for prompt in PROMPTS:  # the second prompt's run also copies from the first's answer (the engine's corpus)
         expected = engine.run(prompt, "ar", max_new_tokens=24).token_ids
@@ -157,6 +158,26 @@ def test_an_auto_sized_merged_tree_cuts_its_chain_by_evidence(engine, monkeypatc
     flat = engine.run(PROMPTS[0], "eagle", draft="exit@1", merge_suffix=True, max_new_tokens=24)
     assert steep.token_ids == flat.token_ids == expected
     assert chain_nodes_sent(steep) == 0 < chain_nodes_sent(flat)
+
+
+def test_a_sure_chain_skips_the_models_tree_where_rows_are_dear():
+    """:meth:`ChainCut.alone`: with every chain token accepted so far and each row costing a whole step, a round
+    drafts no model tree; with chains never accepted and rows nearly free, the model's tree is drafted; before the
+    model's tree was ever priced, it is drafted."""
+    from engines.drafters.suffix import ChainCut, evidence
+
+    drafter = SuffixDrafter(SuffixConfig(max_ngram=2))
+    drafter.begin([5, 6, 7])
+    drafter.propose_tree([5, 6, 7, 5, 6], 3, max_nodes=3, branching=1)
+    kinds = [evidence(match) for _, match in drafter.last]
+    assert kinds
+    sure, doubtful = ChainCut(lambda n: 0.01 * n), ChainCut(lambda n: 0.01 + 0.0001 * n)
+    assert not sure.alone(drafter)
+    for cut, accepted in ((sure, len(kinds)), (doubtful, 0)):
+        for _ in range(20):
+            cut.length.update(len(kinds), accepted, 0.0, kinds)
+        cut.priced_model(gain=0.4, rows=1, seconds=0.001)
+    assert sure.alone(drafter) and not doubtful.alone(drafter)
 
 
 def test_the_grafted_chain_has_its_own_length(engine):

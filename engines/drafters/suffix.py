@@ -335,6 +335,32 @@ class ChainCut:
         self.length = DraftLength(verify_seconds)
         self.tokens: list[int] = []  # the chain kept this round, and each token's kind of match
         self.kinds: list[tuple] = []
+        self.model: tuple[float, float, float] | None = None  # running means of the model's tree: gain, rows, s
+
+    def priced_model(self, gain: float, rows: int, seconds: float) -> None:
+        """A round's model tree, as the sizer priced it: the tokens its sent nodes are expected to add, their
+        rows, and the drafting's seconds (running means, for :meth:`alone`)."""
+        now = (gain, float(rows), seconds)
+        self.model = now if self.model is None else tuple(0.8 * a + 0.2 * b for a, b in zip(self.model, now))
+
+    def alone(self, suffix: SuffixDrafter) -> bool:
+        """Whether this round's chain (``suffix``'s last proposal) is expected to commit more tokens per second
+        without the model's tree. The model's nodes matter where the chain's first token is refused: they are
+        priced at that chance times what they have been expected to add, against their drafting and their rows.
+        Where the chain is sure, a round then costs what ``sps(draft=suffix,gamma=auto)``'s costs."""
+        kinds = [evidence(match) for _, match in suffix.last]
+        if self.model is None or not kinds:
+            return False
+        gain, rows, seconds = self.model
+        keep, chain, reached = self.length.cut(kinds), 0.0, 1.0
+        for kind in kinds[:keep]:
+            reached *= self.length.alpha_for(kind)
+            chain += reached
+        miss = 1.0 - self.length.alpha_for(kinds[0])
+        verify = self.length.verify_seconds
+        alone = (1.0 + chain) / verify(1 + keep)
+        beside = (1.0 + chain + miss * gain) / (seconds + verify(1 + keep + max(1, round(rows))))
+        return alone >= beside
 
     def cut(self, suffix: SuffixDrafter, chain: DraftTreeNodes, tree: DraftTreeNodes, sent_ids: list[int],
             expected: float, seconds: float) -> DraftTreeNodes:

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 from engines.core.context import DecodeContext, drafter_events, open_with_drafter, target_forward
 from engines.core.round import close_round, draft_event, observe_rows
+from engines.core.draft_tree import DraftTreeNodes
 from engines.core.trace import Event
 from engines.drafters.suffix import ChainCut, SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
@@ -87,15 +88,21 @@ def draft_round(ctx: DecodeContext, drafter, out, depth: int | None, topk: int, 
     started = trace.now()
     room = max(out.remaining - 1, 1)  # a round commits one token past its drafts
     levels = min(MAX_AUTO_DEPTH if depth is None else depth, room)
-    tree = grow_tree(drafter, out.ids, levels, topk, ctx.sampler, deeper=sizer if depth is None else None)
-    size = sizer.choose(tree, trace.now() - started) if total_tokens is None else total_tokens
-    sent_ids = best_nodes(tree, size)
-    shown, placed = tree, {}
     if suffix is not None:
         length = min(suffix.chain_depth, room)
         chain = suffix.propose_tree(out.ids, length, max_nodes=length, branching=1)
+    if chain_cut is not None and chain_cut.alone(suffix):  # the chain pays better without the model's tree
+        tree, sent_ids = DraftTreeNodes(drafter=drafter.name), []
+    else:
+        tree = grow_tree(drafter, out.ids, levels, topk, ctx.sampler, deeper=sizer if depth is None else None)
+        size = sizer.choose(tree, trace.now() - started) if total_tokens is None else total_tokens
+        sent_ids = best_nodes(tree, size)
+    shown, placed = tree, {}
+    if suffix is not None:
         if chain_cut is not None:  # an auto size: the chain's prefix that pays beside the model's nodes
             expected = 1 + sum(sizer.acceptance(tree.nodes[i].score) for i in sent_ids)
+            if len(tree):
+                chain_cut.priced_model(expected - 1, len(sent_ids), trace.now() - started)
             chain = chain_cut.cut(suffix, chain, tree, sent_ids, expected, trace.now() - started)
         shown, sent_ids, placed = graft(tree, sent_ids, chain, MAX_TREE_NODES)
     sent = shown.subset(sent_ids)
