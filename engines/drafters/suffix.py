@@ -329,7 +329,8 @@ class ChainCut:
     second beside the model's nodes. Why: grafted whole, the chain sent about 4 rows a round that the model's
     tree did not, each priced by the verify-cost curve whether or not its kind of match is ever accepted. The
     chain's leading tokens that the sent model nodes already spell are kept and cost nothing more. What each
-    kind of match is worth is learned on the run from how far the round's accepted path followed the chain."""
+    kind of match is worth is learned on the run from how far the round's accepted path followed the chain.
+    A round whose chain is expected to pay better alone drafts no model tree at all (:meth:`alone`)."""
 
     def __init__(self, verify_seconds):
         self.length = DraftLength(verify_seconds)

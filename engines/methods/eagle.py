@@ -10,7 +10,8 @@ norm exit head (``exit@ℓ-norm``), or any draft model ``sps`` takes (a local pa
 with ``Engine.add_draft``), so a tree and a chain (``sps(draft=…)``) of the same drafter compare like
 for like. ``merge_suffix``: the model-free suffix drafter's chain (:mod:`engines.drafters.suffix`) joins every
 tree as extra branches, tried after the model's own children (with ``total_tokens="auto"``, only the chain's
-prefix that pays beside the model's nodes: :class:`~engines.drafters.suffix.ChainCut`). Lossless: greedy keeps the
+prefix that pays beside the model's nodes, and no model tree in rounds where the chain pays better alone:
+:class:`~engines.drafters.suffix.ChainCut`). Lossless: greedy keeps the
 target's argmax path; sampling uses the multi-candidate rule with top-k children as point masses
 (:mod:`engines.core.draft_tree`). ``network`` splits it into a client (the drafter)
 and a server (the target) over a simulated link, as MoA's paper compares them (:mod:`engines.programs.client_server`).
