@@ -5,7 +5,9 @@ one (the root). Each round the drafter grows a tree, the best nodes go through t
 with the root under a tree mask, the walk keeps one path, and the cache keeps the root's and that path's
 rows (:func:`engines.core.round.close_round`). Drafters that learn from target features are shown those of the
 root and the accepted path only. A ``suffix`` drafter (:mod:`engines.drafters.suffix`) adds its chain to each
-round's tree as extra branches (:func:`~engines.drafters.suffix.graft`), point masses like the model's top-k.
+round's tree as extra branches (:func:`~engines.drafters.suffix.graft`), point masses like the model's top-k;
+where the size is auto only the chain's prefix that pays, and a round whose chain pays better alone drafts no
+model tree (:class:`~engines.drafters.suffix.ChainCut`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from engines.core.context import DecodeContext, drafter_events, open_with_drafter, target_forward
-from engines.core.round import close_round, draft_event, observe_rows
 from engines.core.draft_tree import DraftTreeNodes
+from engines.core.round import close_round, draft_event, observe_rows
 from engines.core.trace import Event
 from engines.drafters.suffix import ChainCut, SuffixDrafter, graft, match_event
 from engines.drafters.tree_growth import TreeSizer, best_nodes, grow_tree
