@@ -20,6 +20,7 @@ from engines import METHODS
 from engines.drafters.moa_head import moa_name
 from engines.drafters.registry import MOA, SPS, TREE, VERDICT, drafter_kind_names, model_free_drafters
 from engines.drafters.trained import exit_head_name
+from engines.programs.tree import TREE_DEPTH
 
 # Sensible widget bounds per option (the engine's own validation still has the last word).
 # ``None`` as the upper bound of a layer option means "the target's layer count − 1".
@@ -43,7 +44,7 @@ OPTION_BOUNDS: dict[str, tuple[int, int | None]] = {
 }
 FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"packet_loss": (0.0, 0.99), "c": (0.01, 1.0)}
 # Where an option's default is "auto", the number its box shows until "auto" is unticked.
-AUTO_NUMBER = {"total_tokens": 16, "gamma": 5, "depth": 2}
+AUTO_NUMBER = {"total_tokens": 16, "gamma": 5, "depth": TREE_DEPTH}
 # Where an option's default is None ("unset"), the number its box shows until "unset" is unticked.
 UNSET_NUMBER = {"packet_loss": 0.01, "disconnect_after": 16, "stages": 2}
 OPTION_HELP = {

@@ -30,6 +30,12 @@ from typing import Callable, Hashable, Sequence
 PRIOR_HITS, PRIOR_TRIALS = 1.0, 2.0
 
 
+def running_mean(mean: float | None, value: float, weight: float = 0.2) -> float:
+    """A mean that follows a cost as it drifts (a drafter's call, a link's round trip): the last few rounds weigh
+    most. ``None``: nothing measured yet, so the first value stands."""
+    return value if mean is None else (1 - weight) * mean + weight * value
+
+
 class DraftLength:
     def __init__(self, verify_seconds: Callable[[int], float], max_gamma: int = 16, prior_hits: float = PRIOR_HITS,
                  prior_trials: float = PRIOR_TRIALS):

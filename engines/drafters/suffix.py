@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from engines.core.context import DecodeContext
-from engines.core.draft_length import DraftLength
+from engines.core.draft_length import DraftLength, running_mean
 from engines.core.draft_tree import DraftTreeNodes, TreeNode
 from engines.core.options import require_choice, require_int
 from engines.core.sampling import Sampler
@@ -342,7 +342,7 @@ class ChainCut:
         """A round's model tree, as the sizer priced it: the tokens its sent nodes are expected to add, their
         rows, and the drafting's seconds (running means, for :meth:`alone`)."""
         now = (gain, float(rows), seconds)
-        self.model = now if self.model is None else tuple(0.8 * a + 0.2 * b for a, b in zip(self.model, now))
+        self.model = now if self.model is None else tuple(map(running_mean, self.model, now))
 
     def alone(self, suffix: SuffixDrafter) -> bool:
         """Whether this round's chain (``suffix``'s last proposal) is expected to commit more tokens per second

@@ -35,6 +35,7 @@ import time
 
 import torch
 
+from engines.core.draft_length import running_mean
 from engines.core.draft_tree import DraftTreeNodes, TreeNode
 from engines.core.sampling import Sampler
 from engines.drafters.tree_drafters import draft_logprobs
@@ -160,11 +161,11 @@ class TreeSizer:
     def link_took(self, seconds: float) -> None:
         """A round's time on a client–server link (both messages), timed: a running mean. A round that pays a
         link's latency is worth more tokens, so larger and deeper trees pay sooner."""
-        self.link_seconds = 0.8 * self.link_seconds + 0.2 * seconds if self.link_seconds else seconds
+        self.link_seconds = running_mean(self.link_seconds or None, seconds)
 
     def level_took(self, seconds: float) -> None:
         """One level's drafter call, timed: a running mean over the last few (the drafter's cost moves little)."""
-        self.level_seconds = seconds if self.level_seconds is None else 0.8 * self.level_seconds + 0.2 * seconds
+        self.level_seconds = running_mean(self.level_seconds, seconds)
 
     def update(self, tree: DraftTreeNodes, committed: list[int]) -> None:
         """Learn from every candidate, sent or pruned: a node "hits" when its path spells the start of
