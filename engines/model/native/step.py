@@ -37,6 +37,7 @@ from engines.model import gguf_blocks
 from engines.model.fused_layer import FusedLlamaLayer
 from engines.model.kv_cache import KVCache
 from engines.model.native import library
+from engines.model.native.huge_pages import PageArena
 
 SOURCE = Path(__file__).with_name("step.c")
 # "0": products read plain panels even where a weight's GGUF blocks could serve (the A/B switch)
@@ -203,9 +204,11 @@ def _holds_q_minus_128(raw: np.ndarray, k: int) -> bool:
     return bool((np.asarray(raw).reshape(-1, k // 32, 34)[..., 2:] == 0x80).any())
 
 
-def _interleaved(two: list[torch.Tensor], panel: int) -> torch.Tensor:
+def _interleaved(two: list[torch.Tensor], panel: int, arena: PageArena) -> torch.Tensor:
     """Two packed weights' panels (``panel`` elements each) interleaved: first's 0, second's 0, first's 1, …"""
-    return torch.stack([two[0].view(-1, panel), two[1].view(-1, panel)], 1).reshape(-1)
+    out = arena.empty(two[0].numel() * 2, two[0].dtype)
+    torch.stack([two[0].view(-1, panel), two[1].view(-1, panel)], 1, out=out.view(-1, 2, panel))
+    return out
 
 
 class CacheError(ValueError, RuntimeError):
@@ -372,6 +375,7 @@ class NativeStep:
         self.inv_freq = rotary.inv_freq.detach().float().contiguous()
         self.rope_scaling = float(getattr(rotary, "attention_scaling", 1.0))
         self._work = torch.empty(0, dtype=torch.float32)
+        self._arena = PageArena()  # packed weights on 2 MiB pages where the OS gives them (huge_pages)
         q, kv = self.heads * head_dim, self.kv_heads * head_dim
         d, inter = self.d, self.inter
         self.weight_shapes = ((q, d), (kv, d), (kv, d), (d, q), (inter, d), (inter, d), (d, inter), (d,), (d,))
@@ -430,6 +434,7 @@ class NativeStep:
             found = NativeStep(self._config, self._rotary, self.dtype, torch.device("cpu"), self.lib, inter)
             found._layouts = self._layouts
             found._quantized, found._int8 = self._quantized, self._int8
+            found._arena = self._arena
             self._variants[inter] = found
         return found
 
@@ -465,18 +470,21 @@ class NativeStep:
         key = (self._packing_key(first), self._packing_key(second))
         kept = first.__dict__.get("_specviz_pair")
         if kept is None or kept[0] != key:
-            both = [self._pack_quantized(first), self._pack_quantized(second)]
+            with self._arena.paused():  # the halves are copied into the pair, which alone goes on huge pages
+                both = [self._pack_quantized(first), self._pack_quantized(second)]
             bf16 = int(first.dtype == torch.bfloat16)
+            panel = self.lib.specviz_panel_elems(first.shape[1], bf16)
             fmt = _format(both[0]) if all(q is not None for q in both) else 0
             if fmt and fmt == _format(both[1]):  # blocks for the pair only where both read them, of one format
-                pair = _interleaved(both, self.lib.specviz_quantized_bytes(1, first.shape[1], fmt))
+                pair = _interleaved(both, self.lib.specviz_quantized_bytes(1, first.shape[1], fmt), self._arena)
                 pair.__dict__[_FORMAT] = fmt
                 if all(_plain(q) is not None for q in both):  # int8 products keep none: their bits are their own
-                    plain = [_plain(q) for q in both]
-                    pair.__dict__[_PLAIN] = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
+                    pair.__dict__[_PLAIN] = _interleaved([_plain(q) for q in both], panel, self._arena)
             else:
-                plain = [self._pack(w) if q is None or _plain(q) is None else _plain(q) for w, q in zip((first, second), both)]
-                pair = _interleaved(plain, self.lib.specviz_panel_elems(first.shape[1], bf16))
+                with self._arena.paused():
+                    plain = [self._pack(w) if q is None or _plain(q) is None else _plain(q)
+                             for w, q in zip((first, second), both)]
+                pair = _interleaved(plain, panel, self._arena)
                 for weight in (first, second):
                     gguf_blocks.mark_read(weight, False)
             kept = (key, pair)
@@ -540,7 +548,7 @@ class NativeStep:
 
     def _pack_blocks(self, blocks: np.ndarray, fmt: int, n: int, k: int) -> torch.Tensor:
         """GGUF blocks ``[n, k / 32 · block bytes]`` in step.c's quantized panels of format ``fmt``."""
-        out = torch.empty(self.lib.specviz_quantized_bytes(n, k, fmt), dtype=torch.uint8)
+        out = self._arena.empty(self.lib.specviz_quantized_bytes(n, k, fmt), torch.uint8)
         _checked(self.lib.specviz_pack_quantized(blocks.ctypes.data, fmt, n, k, out.data_ptr()), "pack_quantized")
         out.__dict__[_FORMAT] = fmt
         return out
@@ -548,7 +556,7 @@ class NativeStep:
     def _pack(self, weight: torch.Tensor) -> torch.Tensor:
         rows = weight.detach().contiguous()
         bf16 = int(rows.dtype == torch.bfloat16)
-        out = torch.empty(self.lib.specviz_packed_elems(rows.shape[0], rows.shape[1], bf16), dtype=rows.dtype)
+        out = self._arena.empty(self.lib.specviz_packed_elems(rows.shape[0], rows.shape[1], bf16), rows.dtype)
         _checked(self.lib.specviz_pack(rows.data_ptr(), rows.shape[0], rows.shape[1], bf16, out.data_ptr()), "pack")
         return out
 
