@@ -22,6 +22,7 @@ computes the bits it computes without one.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -529,12 +530,14 @@ class NativeStep:
                          "negate; its products stay exact, on plain panels", n, k)
             gguf_blocks.mark_read(weight, False)
             return None
-        out = self._pack_blocks(source, blocks.format, n, k)
+        with self._arena.paused() if self._int8 else contextlib.nullcontext():  # int8 keeps neither: made to check
+            out = self._pack_blocks(source, blocks.format, n, k)
+            plain = self._pack(weight)
         bf16 = int(weight.dtype == torch.bfloat16)
         widened = torch.empty(self.lib.specviz_packed_elems(n, k, bf16), dtype=weight.dtype)
         _checked(self.lib.specviz_unpack_quantized(out.data_ptr(), blocks.format, n, k, bf16, widened.data_ptr()),
                  "unpack_quantized")
-        bits, plain = torch.int16 if bf16 else torch.int32, self._pack(weight)
+        bits = torch.int16 if bf16 else torch.int32
         if not torch.equal(widened.view(bits), plain.view(bits)):
             _log.warning("specviz: a %s×%s weight's GGUF blocks do not widen to the weight the model holds (changed "
                          "since loading?); its products read plain panels", n, k)
