@@ -86,6 +86,26 @@ def test_shared_head_gathers_its_rows_once_and_follows_a_new_vocabulary():
     assert head(hidden.double()).dtype == torch.float64 and head.rows(torch.float64).shape == (2, weight.shape[1])
 
 
+def test_top_indices_find_the_k_largest_entries_largest_first():
+    """The chunked top-k stands in for torch.topk on long CPU vectors: the same values, in the same order, with
+    a ragged tail, with ties, and where every largest entry sits in one chunk."""
+    from engines.core.sampling import TOP_CHUNK, top_indices
+
+    generator = torch.Generator().manual_seed(1)
+    cases = [torch.randn(49152, generator=generator), torch.randn(16 * TOP_CHUNK + 77, generator=generator),
+             torch.randint(0, 20, (5000,), generator=generator).float(), torch.randn(300, generator=generator)]
+    clustered = torch.randn(8192, generator=generator)
+    clustered[TOP_CHUNK * 3:TOP_CHUNK * 3 + 16] += 100  # the 16 largest in one chunk
+    cases.append(clustered)
+    tail = torch.randn(16 * TOP_CHUNK + 5, generator=generator)
+    tail[-3:] += 100  # the largest in the ragged tail
+    cases.append(tail)
+    for values in cases:
+        for k in (1, 5, 16):
+            found = top_indices(values, k)
+            assert len(set(found)) == k and torch.equal(values[found], values.topk(k).values)
+
+
 def test_greedy_tokens_pick_what_torch_argmax_picks():
     """NumPy's argmax stands in for torch's on CPU fp32 (12× faster a row): the same index, ties and all."""
     from engines.core.sampling import greedy_token, greedy_tokens

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from engines.core.sampling import Sampler
+from engines.core.sampling import Sampler, top_indices
 
 TOP_TOKENS = 5
 
@@ -32,7 +32,7 @@ def rejection_view(target_logits: torch.Tensor, sampler: Sampler, refused: dict[
         p = torch.softmax(target_logits.float(), -1)
     else:
         p = sampler.probs(target_logits[None].float())[0]
-    top = p.topk(min(k, p.shape[-1])).indices.tolist()
+    top = top_indices(p, k)
     tokens = top + [t for t in refused if t not in top]
     index = torch.tensor(tokens, device=p.device)
     p_values = p[index].tolist()

@@ -28,6 +28,33 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
     return logits.argmax(-1).tolist()
 
 
+TOP_CHUNK = 256  # top_indices' chunk: 192 chunk maxima for SmolLM2's 49,152 logits
+
+
+def top_indices(values: torch.Tensor, k: int) -> list[int]:
+    """The indices of the ``k`` largest entries of a 1-D tensor, largest first (ties in any order, as
+    ``torch.topk`` leaves them).
+
+    Why not ``torch.topk``: on the CPU it took 113–122 µs for the top 5 of 49k fp32 values, where the chunks'
+    maxima take about 8 (2-core Zen 4); a trace's rejection view asks for that every refusing round. The k
+    largest entries lie in the k chunks of the largest maxima (each such entry is at most its chunk's maximum and
+    at least the k-th largest), so the top k of those chunks' entries are the answer."""
+    n = values.shape[-1]
+    k = min(k, n)
+    if values.device.type != "cpu" or values.dim() != 1 or n < 16 * TOP_CHUNK or k > 16:
+        return values.topk(k).indices.tolist()
+    whole = n - n % TOP_CHUNK
+    chunks = values[:whole].view(-1, TOP_CHUNK)
+    picked = chunks.amax(1).topk(k).indices
+    best = chunks[picked].reshape(-1).topk(k).indices.tolist()
+    starts = (picked * TOP_CHUNK).tolist()
+    found = [starts[i // TOP_CHUNK] + i % TOP_CHUNK for i in best]
+    if whole == n:
+        return found
+    merged = found + list(range(whole, n))  # the ragged tail's entries are candidates too
+    return [merged[i] for i in values[merged].topk(k).indices.tolist()]
+
+
 def greedy_token(logits: torch.Tensor) -> int:
     """:func:`greedy_tokens` of one row ``[V]``."""
     return greedy_tokens(logits.reshape(1, -1))[0]

@@ -222,9 +222,15 @@ class LayerStack:
         prefix = cache.length(start)
         if any(cache.length(layer) != prefix for layer in range(start, stop)):
             raise RuntimeError(f"layers [{start}, {stop}) hold caches of different lengths")
-        parents = parents if parents is not None else chain_parents(n)
-        depths = torch.tensor(tree_depths(parents), device=self.device)
-        positions = (prefix + depths).view(1, -1)
+        if parents is None:  # a causal chunk
+            positions = torch.arange(prefix, prefix + n, device=self.device).view(1, -1)
+            layers = list(self.layers._modules.values())[start:stop]
+            native = native_for(layers, hidden, cache) if n > 1 else None
+            if native is not None:  # the step reads no mask as causal: none is built (a round's chain, a prefill)
+                return native_pass(native, layers, hidden, positions, None, cache)
+            parents = chain_parents(n)
+        else:
+            positions = (prefix + torch.tensor(tree_depths(parents), device=self.device)).view(1, -1)
         # a single new token may attend to everything cached: no mask needed (and sdpa is faster)
         mask = None if n == 1 else tree_mask(prefix, parents, self.dtype, self.device)
         return self.run_at(hidden, start, stop, cache, positions, mask)
