@@ -897,7 +897,8 @@ def native_pass(native: NativeStep, layers, hidden: torch.Tensor, positions: tor
                 hidden, group = native.layers(group, hidden, positions, mask, cache), []
             for hook in list(layer._forward_pre_hooks.values()):
                 hook(layer, (hidden,))
-            output = native.layers([layer], hidden, positions, mask, cache, trusted=False)
+            with native._arena.paused():  # its weights are packed each time they stream in: freed with them
+                output = native.layers([layer], hidden, positions, mask, cache, trusted=False)
             for hook in list(layer._forward_hooks.values()):
                 hook(layer, (hidden,), output)
             hidden = output
