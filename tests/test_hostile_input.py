@@ -96,9 +96,9 @@ def positions(monkeypatch) -> dict:
 
     run_at = LayerStack.run_at
 
-    def recording_run_at(self, hidden, start, stop, cache, rows, mask):
+    def recording_run_at(self, hidden, start, stop, cache, rows, mask, **kwargs):
         note("layer stack", rows)
-        return run_at(self, hidden, start, stop, cache, rows, mask)
+        return run_at(self, hidden, start, stop, cache, rows, mask, **kwargs)
 
     monkeypatch.setattr(LayerStack, "run_at", recording_run_at)
     for module in (heads, moa_head, streaming, branch_rollout):

@@ -222,26 +222,26 @@ class LayerStack:
         prefix = cache.length(start)
         if any(cache.length(layer) != prefix for layer in range(start, stop)):
             raise RuntimeError(f"layers [{start}, {stop}) hold caches of different lengths")
-        if parents is None:  # a causal chunk
+        if parents is None:  # a causal chunk (a round's chain, a prefill): its mask is built where it is read
             positions = torch.arange(prefix, prefix + n, device=self.device).view(1, -1)
-            layers = list(self.layers._modules.values())[start:stop]
-            native = native_for(layers, hidden, cache) if n > 1 else None
-            if native is not None:  # the step reads no mask as causal: none is built (a round's chain, a prefill)
-                return native_pass(native, layers, hidden, positions, None, cache)
-            parents = chain_parents(n)
-        else:
-            positions = (prefix + torch.tensor(tree_depths(parents), device=self.device)).view(1, -1)
+            return self.run_at(hidden, start, stop, cache, positions, None, causal=n > 1)
+        positions = (prefix + torch.tensor(tree_depths(parents), device=self.device)).view(1, -1)
         # a single new token may attend to everything cached: no mask needed (and sdpa is faster)
         mask = None if n == 1 else tree_mask(prefix, parents, self.dtype, self.device)
         return self.run_at(hidden, start, stop, cache, positions, mask)
 
     def run_at(self, hidden: torch.Tensor, start: int, stop: int, cache: KVCache, positions: torch.Tensor,
-               mask: torch.Tensor | None) -> torch.Tensor:
-        """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step)."""
+               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+        """Layers [start, stop) with explicit positions ``[1, n]`` and mask (draft trees grown step by step).
+        ``causal``: no mask is given and the rows are a causal chunk after the cache. The native step reads no mask
+        as that, so none is built for it (a float mask turned back into bytes cost a round's chain two calls on
+        flushed caches, docs/verify-cost.md); PyTorch's path is given one."""
         layers = list(self.layers._modules.values())[start:stop]  # slicing the ModuleList builds a new one
         native = native_for(layers, hidden, cache)
         if native is not None:  # checked here too: the native step needs no rotary tables
             return native_pass(native, layers, hidden, positions, mask, cache)
+        if causal:
+            mask = self.causal_mask(cache.length(start), hidden.shape[1], self.dtype, self.device)
         return decoder_pass(layers, hidden, positions, self.backbone.rotary_emb(hidden, positions),
                             mask, cache)
 
