@@ -145,21 +145,23 @@ class DraftHead(nn.Module):
         """The head's decoder layer, with a cache (drafting) or over whole sequences (training)."""
         if cache is None:
             positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
-            mask = None
         else:
             start = cache.length()
             positions = torch.arange(start, start + hidden.shape[1], device=hidden.device)[None]
-            mask = None if hidden.shape[1] == 1 else LayerStack.causal_mask(
-                start, hidden.shape[1], hidden.dtype, hidden.device)
-        return self._run_layer_at(layer, hidden, cache, positions, mask)
+        causal = cache is not None and hidden.shape[1] > 1
+        return self._run_layer_at(layer, hidden, cache, positions, None, causal=causal)
 
     def _run_layer_at(self, layer: nn.Module, hidden: torch.Tensor, cache: KVCache | None, positions: torch.Tensor,
-                      mask: torch.Tensor | None) -> torch.Tensor:
+                      mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
         """The head's layer at explicit positions under an explicit mask (draft trees): on the target's native
-        step at inference (the head's 1-layer cache, layer index 0, is one the step takes), else PyTorch's."""
+        step at inference (the head's 1-layer cache, layer index 0, is one the step takes), else PyTorch's.
+        ``causal``: the rows are a causal chunk after the cache, which the native step reads from no mask (as
+        :meth:`LayerStack.run_at`); PyTorch's path is given one."""
         native = native_for_draft(self.stack, hidden, layer.self_attn.q_proj.weight) if runs_native(layer) else None
         if native is not None and (cache is None or isinstance(cache, KVCache)):
             return native.layers([layer], hidden, positions, mask, cache)
+        if causal:
+            mask = LayerStack.causal_mask(cache.length(), hidden.shape[1], hidden.dtype, hidden.device)
         return decoder_pass([layer], hidden, positions, self.stack.backbone.rotary_emb(hidden, positions), mask, cache)
 
     def linear(self, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
