@@ -50,7 +50,10 @@ def _advised_mapping(nbytes: int) -> torch.Tensor:
     before any page of it is touched. The tensor holds the mapping: it is unmapped when the last view of it dies."""
     # private: a shared anonymous mapping is shared memory, whose huge pages follow another setting (shmem_enabled)
     mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    mapping.madvise(mmap.MADV_HUGEPAGE)
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # a kernel that refuses the advice: the mapping still serves, on small pages
+        pass
     whole = torch.frombuffer(mapping, dtype=torch.uint8)
     start = -whole.data_ptr() % HUGE_PAGE
     return whole[start:start + nbytes]
@@ -83,7 +86,7 @@ class PageArena:
         """An uninitialised 1-D tensor of ``numel`` elements, 64-byte aligned, on huge pages where enabled."""
         if not self.enabled or self._paused:
             return torch.empty(numel, dtype=dtype)
-        nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        nbytes = numel * dtype.itemsize
         if nbytes * 2 > CHUNK_BYTES:
             return _advised_mapping(nbytes).view(dtype)
         if self._chunk is None or self._used + nbytes > self._chunk.numel():
