@@ -3,7 +3,7 @@
 Why: a decode step streams ~97 MB of packed weights (the default model, bf16) through caches of 32 MB. On
 Linux without huge pages each 4 KiB page of them costs a TLB walk, and the hardware prefetchers stop at every
 page's end. A read of 100 MB on two threads ran at 32 GB/s from 4 KiB pages and 40 GB/s from 2 MiB pages on a
-2-core AMD EPYC Zen 4, and a step 0.4-8% faster (``docs/verify-cost.md``, "Packed weights on 2 MiB pages").
+2-core AMD EPYC Zen 4, and a step 0.4-14% faster (``docs/verify-cost.md``, "Packed weights on 2 MiB pages").
 Linux's transparent huge pages are usually set to ``madvise``, and PyTorch's allocator asks for them only for
 single tensors of 2 MiB or more (and only with ``THP_MEM_ALLOC_ENABLE=1``), while most packed weights are
 0.1–3 MB each. So they are carved out of large anonymous mappings advised ``MADV_HUGEPAGE``: :class:`PageArena`.
