@@ -9,6 +9,7 @@ from engines.model.native import huge_pages
 from engines.model.native.huge_pages import ALIGN, CHUNK_BYTES, HUGE_PAGE, PageArena
 
 
+@pytest.mark.skipif(not huge_pages.huge_pages_available(), reason="no transparent huge pages here (macOS, Windows)")
 def test_pieces_are_aligned_apart_and_keep_what_is_written_after_the_arena_moved_on():
     arena = PageArena(enabled=True)
     pieces = [arena.empty(n, dtype) for n, dtype in ((1000, torch.bfloat16), (3, torch.uint8), (777, torch.float32))]
