@@ -98,19 +98,24 @@ class DraftLength:
         the round holds besides them (a chain round: the bonus token, the root's row; a tree round with a chain
         grafted in: the model's nodes too, and its drafting). The first ``free`` tokens are sent anyway (a
         model's nodes that spell them): kept, and neither priced nor counted again."""
-        evidence = evidence[: self.max_gamma]
-        free = min(free, len(evidence))
-        reached = 1.0
-        for kind in evidence[:free]:
-            reached *= self.alpha_for(kind)
+        reach = self.reach(evidence[: self.max_gamma])
+        free = min(free, len(reach))
         best, keep = expected / (seconds + self.verify_seconds(rows)), free
-        for i, kind in enumerate(evidence[free:], start=free):
-            reached *= self.alpha_for(kind)
-            expected += reached
+        for i in range(free, len(reach)):
+            expected += reach[i]
             rate = expected / (seconds + self.verify_seconds(rows + i - free + 1))
             if rate > best:
                 best, keep = rate, i + 1
         return keep
+
+    def reach(self, evidence: Sequence[Hashable]) -> list[float]:
+        """The chance that each token of a proposal is accepted together with every token before it: the running
+        products of their kinds' estimates. Their sum is the tokens the proposal is expected to commit."""
+        chances, reached = [], 1.0
+        for kind in evidence:
+            reached *= self.alpha_for(kind)
+            chances.append(reached)
+        return chances
 
     def update(self, drafted: int, accepted: int, draft_seconds: float,
                evidence: Sequence[Hashable] | None = None) -> None:

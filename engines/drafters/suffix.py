@@ -353,10 +353,8 @@ class ChainCut:
         if self.model is None or not kinds:
             return False
         gain, rows, seconds = self.model
-        keep, chain, reached = self.length.cut(kinds), 0.0, 1.0
-        for kind in kinds[:keep]:
-            reached *= self.length.alpha_for(kind)
-            chain += reached
+        keep = self.length.cut(kinds)
+        chain = sum(self.length.reach(kinds[:keep]))
         miss = 1.0 - self.length.alpha_for(kinds[0])
         verify = self.length.verify_seconds
         alone = (1.0 + chain) / verify(1 + keep)

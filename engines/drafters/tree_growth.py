@@ -104,6 +104,7 @@ class TreeSizer:
     EDGES = (-0.25, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -3.5, -4.0, -5.0, -6.0)  # natural-log score bins
 
     CHILD_PRIOR = (0.8, 0.3)  # a child's chance given its parent's, by rank, before the run has measured it
+    CHILD_LEVELS = 4  # levels learned apart; deeper ones share the fourth's record
 
     def __init__(self, verify_seconds, max_nodes: int, prior: float = 2.0):
         self.verify_seconds = verify_seconds  # n → seconds of a target forward over n tokens
@@ -155,8 +156,12 @@ class TreeSizer:
     def continuation(self, level: int, rank: int) -> float:
         """P(a rank-``rank`` child at ``level`` is accepted | its parent was), shrunk towards an optimistic prior
         so that a level never grown is still tried."""
-        seen, hits = self.child_seen.get((min(level, 4), rank), 0), self.child_hits.get((min(level, 4), rank), 0)
+        key = self._child_key(level, rank)
+        seen, hits = self.child_seen.get(key, 0), self.child_hits.get(key, 0)
         return (hits + self.prior * self.CHILD_PRIOR[min(rank, len(self.CHILD_PRIOR) - 1)]) / (seen + self.prior)
+
+    def _child_key(self, level: int, rank: int) -> tuple[int, int]:
+        return min(level, self.CHILD_LEVELS), rank
 
     def link_took(self, seconds: float) -> None:
         """A round's time on a client–server link (both messages), timed: a running mean. A round that pays a
@@ -179,7 +184,7 @@ class TreeSizer:
             self.seen[b] += 1
             self.hits[b] += hit[i]
             if node.parent >= 0 and parent_hit:
-                key = (min(node.depth, 4), node.rank)
+                key = self._child_key(node.depth, node.rank)
                 self.child_seen[key] = self.child_seen.get(key, 0) + 1
                 self.child_hits[key] = self.child_hits.get(key, 0) + hit[i]
 
