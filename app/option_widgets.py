@@ -111,7 +111,8 @@ def _widget(spec: mo.OptionSpec, key: str, default):
 
 
 def settings_widgets(prefix: str, pending: Mapping[str, str] | None = None, ignored: list | None = None) -> dict:
-    """max new tokens, temperature, seed, top-p (keys ``{prefix}max_new_tokens`` …), as the engine takes them."""
+    """max new tokens, temperature, seed, top-p, stop at end-of-text (keys ``{prefix}max_new_tokens`` …), as the
+    engine takes them."""
     state = st.session_state
     for name, setting in us.SETTINGS.items():
         key = f"{prefix}{name}"
@@ -130,6 +131,10 @@ def settings_widgets(prefix: str, pending: Mapping[str, str] | None = None, igno
     }
     settings["top_p"] = float(st.slider("top-p", 0.05, 1.0, step=0.05, key=f"{prefix}top_p",
                                         disabled=settings["temperature"] == 0, help="Used when temperature > 0."))
+    settings["stop_at_eos"] = bool(st.checkbox(
+        "stop at end-of-text", key=f"{prefix}stop_at_eos",
+        help="Off: decode all max new tokens through end-of-text (as llama.cpp's --ignore-eos), for a run of a "
+             "known length whatever the model would have ended on."))
     return settings
 
 

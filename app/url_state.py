@@ -41,12 +41,21 @@ SETTINGS: dict[str, Setting] = {
     "temperature": Setting("temperature", float, 0.0, 1.5, 0.0),
     "top_p": Setting("top-p", float, 0.05, 1.0, 1.0),
     "seed": Setting("seed", int, 0, 2**31 - 1, 0),
+    # off: decode all max new tokens through end-of-text (llama.cpp's --ignore-eos): a run of a known length, for
+    # timing or a demo, whatever the model would have ended on
+    "stop_at_eos": Setting("stop at end-of-text", bool, 0, 1, True),
 }
+BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
 
 
 def parse_setting(name: str, text: str):
     """A generation setting from its URL text, inside the widget's bounds; ``ValueError`` otherwise."""
     setting = SETTINGS[name]
+    if setting.kind is bool:
+        try:
+            return BOOLEANS[str(text).strip().lower()]
+        except KeyError:
+            raise ValueError(f"{name} must be one of 0, 1, true, false; got {text!r}") from None
     try:
         value = setting.kind(str(text).strip())
     except ValueError:

@@ -359,6 +359,10 @@ def test_url_state_helpers():
     assert us.settings_params(defaults) == {}
     assert us.settings_params({**defaults, "temperature": 0.7}, "float32") == {"temperature": "0.7", "dtype": "float32"}
     assert us.parse_setting("max_new_tokens", "24") == 24
+    assert us.parse_setting("stop_at_eos", "0") is False and us.parse_setting("stop_at_eos", "True") is True
+    assert us.settings_params({**defaults, "stop_at_eos": False}) == {"stop_at_eos": "false"}
+    with pytest.raises(ValueError, match="stop_at_eos must be one of"):
+        us.parse_setting("stop_at_eos", "maybe")
     for name, text in (("max_new_tokens", "0"), ("temperature", "nan"), ("seed", "1.5"), ("top_p", "2")):
         with pytest.raises(ValueError, match=name):
             us.parse_setting(name, text)

@@ -130,7 +130,9 @@ def test_stop_ends_a_live_run_and_keeps_its_tokens(server, browser):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    query = urllib.parse.urlencode({"method": "ar", "max_new_tokens": 1024,
+    # through end-of-text: the run is 1,024 tokens long on any machine (greedy, the model ends this prompt after
+    # ~120, which a fast machine streamed before the Stop button could be pressed)
+    query = urllib.parse.urlencode({"method": "ar", "max_new_tokens": 1024, "stop_at_eos": 0,
                                     "prompt": "Count from 1 to 1000, one number per line."})
     browser.get(f"{server}/?{query}")  # the link sets the page up
     wait = WebDriverWait(browser, 120)

@@ -110,6 +110,41 @@ def test_every_row_count_1_to_65_gives_the_bits_of_one_row_steps_on_one_thread(d
             torch.set_num_threads(threads)
 
 
+@pytest.mark.skipif(not native_step.amx(), reason="no AMX tiles here (Xeons since Sapphire Rapids have them)")
+def test_amx_tiles_take_the_bf16_products_and_differ_from_the_vector_ones_by_rounding_only():
+    """Where the CPU has AMX, every bf16 product whose K is a multiple of 32 runs on tiles, at every row count (the
+    row-invariance tests above then run on them). Another order of the same sums: other bits than the vector dot
+    products', within a sum's rounding of them. A process keeps one or the other throughout."""
+    lib = native_step._library()
+    stack = Engine(odd_llama(torch.bfloat16)).target  # K = 96 on tiles, the down projection's K = 200 not
+    prefix, tokens = list(range(3, 10)), [(11 * i + 5) % 200 for i in range(20)]
+
+    def logits(tiles: bool) -> torch.Tensor:
+        lib.specviz_use_amx(int(tiles))
+        with torch.inference_mode():
+            cache = stack.new_cache(64)
+            stack.forward(prefix, cache)
+            return stack.forward(tokens, cache)
+
+    try:
+        on, off = logits(True), logits(False)
+    finally:
+        lib.specviz_use_amx(int(native_step.amx_wanted()))
+    assert not torch.equal(on, off), "the tiles never ran"
+    assert (on - off).abs().max() < 0.05 * off.abs().max()
+
+
+def test_amx_is_switched_by_its_variable(monkeypatch):
+    monkeypatch.setenv(native_step.AMX_VARIABLE, "0")
+    assert not native_step.amx() and native_step.panels_id().endswith("-no-amx")
+    monkeypatch.setenv(native_step.AMX_VARIABLE, "yes")
+    with pytest.raises(ValueError, match="SPECVIZ_AMX must be 0 or 1"):
+        native_step.amx_wanted()
+    monkeypatch.delenv(native_step.AMX_VARIABLE)
+    assert native_step.amx_wanted() and not native_step.panels_id().endswith("-no-amx")
+    native_step.amx()  # the switch back as the process had it
+
+
 def test_a_mask_given_explicitly_is_the_causal_default():
     stack = Engine(tiny_llama(vocab=64, layers=2, seed=2)).target
     ids = list(range(3, 19))

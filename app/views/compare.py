@@ -156,7 +156,9 @@ else:
     ar_note = (f"ar {batch.ar['stats']['tokens_per_s']:.1f} tok/s ({batch.ar_source})" if batch.ar
                else "no ar baseline (stopped before it ran)" if batch.stopped
                else "no ar baseline (no configuration ran)")
-    st.caption(f"{batch.settings['max_new_tokens']} new tokens at most · temperature {batch.settings['temperature']} · "
+    length = ("new tokens at most" if batch.settings.get("stop_at_eos", True)
+              else "new tokens, through end-of-text")
+    st.caption(f"{batch.settings['max_new_tokens']} {length} · temperature {batch.settings['temperature']} · "
                f"{batch.dtype} · {ar_note}. Configurations run one after another on one engine, so each had the "
                "machine to itself.")
     runs = ch.figure_runs(batch)

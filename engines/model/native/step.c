@@ -31,6 +31,13 @@
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define SPECVIZ_DPBF16 1
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && (defined(__linux__) || defined(_WIN32))
+#define SPECVIZ_AMX 1 /* built for a CPU with AMX tiles (a Xeon since Sapphire Rapids): used where the OS allows */
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
 #endif
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
 #define SPECVIZ_QUANTIZED_AVX2 1 /* the AVX2 build (16-output panels): quantized panels widened 8 lanes at a time */
@@ -774,7 +781,10 @@ typedef struct {
      * sum as a float and as an int (input_scale, input_qsum, input_isum: one pointer, so that the struct stays
      * small enough to be copied in registers). */
     uint32_t *q8;
-    int64_t Kp, ld;
+    int64_t K, Kp, ld; /* the products' K, padded to Kp */
+    /* [ld, Kp] bf16, row-major: the rows as AMX tiles load them (dpbf16 builds only). Last, apart from the other
+     * pointers: beside them GCC offset all four as one vector stored to the stack (which the spill check counts). */
+    uint16_t *r;
 } Input;
 
 static inline float *input_scale(const Input *in) { return (float *)(void *)(in->q8 + in->Kp / 4 * in->ld); }
@@ -791,6 +801,7 @@ static inline Input rows_from(const Input *in, int64_t m0) {
     Input at = *in;
     at.f += m0;
     at.h += 2 * m0;
+    at.r += m0 * in->Kp;
     at.q8 += m0; /* and so the scales and sums after it, all 4-byte elements [·, ld] */
     return at;
 }
@@ -889,12 +900,272 @@ static inline __attribute__((always_inline)) void tile(const void *panel, int bf
     else tile_f32(panel, 0, K, in->f, in->ld, RMC, out, ostride, ahead);
 }
 
+#ifdef SPECVIZ_AMX
+/* ---- AMX tiles: the bf16 products of a Xeon with AMX -------------------------------------------------------
+ * Why: a bf16 dot product (vdpbf16ps) does 32 multiply-adds; one tile product (tdpbf16ps) does up to 16 rows ×
+ * 16 outputs × 32 k = 8,192 in about 16 cycles. So rows cost the vector tiles one dot product each, and
+ * verifying 16 rows cost ~3× one (the curve in docs/verify-cost.md), while a tile product costs the same for 1
+ * row as for 16: what a verification pays over a step is then the weights' stream, once, as a step's.
+ *
+ * Row invariance by construction, as everywhere here: a tile's rows never meet (row m of C depends on row m of
+ * A alone), and every output sums its k in one order, the same at every row count: C starts at zero and takes
+ * each block of 32 k ascending (one tdpbf16ps a block, whose own order inside a block is the instruction's,
+ * fixed). So where AMX is on, it computes every bf16 product whose K is a multiple of 32 (every product of the
+ * default model), for 1 row as for 64, from plain panels and from GGUF blocks alike: both hand the tile the same
+ * bf16 pairs. Its bits are not the vector tiles' (another order of the same sums), so a process uses one or the
+ * other throughout: on wherever the CPU and OS allow it (Linux asks the kernel for the tile state once), off
+ * with SPECVIZ_AMX=0 (step.py), the A/B switch.
+ *
+ * Layout: nothing is repacked. A plain panel stores pair i of its 16-output group c at ((i · RN + c) · 64) bytes:
+ * 16 pairs of one group, RN · 64 bytes apart, are one B tile (16 rows of 16 outputs × 2 k). A GGUF block of one
+ * group is widened into a 1 KiB buffer in that same form (widened_pair, the vector tiles' own widening). The
+ * inputs' row-major bf16 form (Input.r) gives the A tile: rows × 32 k, Kp · 2 bytes apart. Tiles: C0-C3 the
+ * panel's four groups (four independent sums, so one tile product never waits for the one before), A in 4, B
+ * in 5-7. */
+#if RN != 4
+#error "the AMX products take a panel's four 16-output groups as their four C tiles (RN = 4)"
+#endif
+#define AMX_ROWS 16
+/* GCC 12's own forms of these two tell the compiler less than they read: _tile_loadconfig reads 8 of the config's
+ * 64 bytes (so its stores to the rest were dropped as dead: a fault), and _tile_loadd reads no memory at all (so
+ * the widened pairs' stores could sink past the load that reads them). These say all of it. */
+#define AMX_LOAD(tile, base, stride)                                                                                  \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #tile ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+static int amx_on = 0;            /* the products use the tiles (specviz_use_amx) */
+/* This thread's configuration and its key (rows | rows1 << 8; 0: none loaded yet in this parallel region). Kept
+ * per thread and not on the stack, as the widened pairs live in the thread's scratch (`unpacked`): the spill check
+ * (scripts/check_native_asm.py) counts every vector store to the stack in a product. */
+static __thread TileConfig amx_config __attribute__((tls_model("initial-exec"), aligned(64)));
+static __thread int amx_rows __attribute__((tls_model("initial-exec"))) = 0;
+
+/* Whether this CPU has the tiles and the OS lets this process use them: CPUID (AMX-TILE, AMX-BF16), the OS's
+ * XCR0 (tile state saved on a switch) and, on Linux, the kernel's permission, asked for once. */
+static int amx_allowed(void) {
+    static int allowed = -1;
+    if (allowed >= 0) return allowed;
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    unsigned low, high;
+    __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+    allowed = (d >> 22 & 1) && (d >> 24 & 1) && (low >> 17 & 3) == 3;
+#if defined(__linux__)
+    if (allowed) allowed = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    return allowed;
+}
+
+/* Each parallel region's threads start with no configuration of theirs (a library between two calls, oneDNN's
+ * products in PyTorch, may load its own on the same thread) and hand the tile state back as they leave. */
+static inline void amx_begin(void) { amx_rows = 0; }
+static inline void amx_end(void) {
+    if (amx_rows) _tile_release();
+    amx_rows = 0;
+}
+
+/* One tile of rows (rows1 = 0): C0-C3 and A in 4 rows × 64 bytes, B in 5-7. Two (rows1 > 0): C0, C1 and A in 4 the
+ * first rows, C2, C3 and A in 5 the next rows1, B in 6-7. B: 16 pairs of k × 16 outputs. */
+static inline void amx_configure(int rows, int rows1) {
+    const int key = rows | rows1 << 8;
+    if (amx_rows == key) return;
+    TileConfig *config = &amx_config;
+    memset(config, 0, sizeof *config);
+    config->palette = 1;
+    const uint8_t rows_of[8] = {(uint8_t)rows, (uint8_t)rows, (uint8_t)(rows1 ? rows1 : rows),
+                                (uint8_t)(rows1 ? rows1 : rows), (uint8_t)rows, (uint8_t)(rows1 ? rows1 : 16), 16, 16};
+    for (int t = 0; t < 8; t++) {
+        config->rows[t] = rows_of[t];
+        config->colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(*config));
+    amx_rows = key;
+}
+
+static inline void amx_store(float *out, int64_t ostride) {
+    _tile_stored(0, out, ostride * 4);
+    _tile_stored(1, out + 16, ostride * 4);
+    _tile_stored(2, out + 32, ostride * 4);
+    _tile_stored(3, out + 48, ostride * 4);
+}
+
+/* rows (≤ AMX_ROWS) of a (row-major bf16, Kp apart) against one plain bf16 panel; K a multiple of 32 */
+static void amx_tile_plain(const uint16_t *panel, const uint16_t *a, int64_t Kp, int rows, int64_t K, float *out,
+                           int64_t ostride) {
+    amx_configure(rows, 0);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const char *w = (const char *)panel;
+    for (int64_t j = 0; j < K / 32; j++, w += 16 * RN * 64) {
+        AMX_LOAD(4, a + 32 * j, Kp * 2);
+        AMX_LOAD(5, w, RN * 64);
+        _tile_dpbf16ps(0, 4, 5);
+        AMX_LOAD(6, w + 64, RN * 64);
+        _tile_dpbf16ps(1, 4, 6);
+        AMX_LOAD(7, w + 128, RN * 64);
+        _tile_dpbf16ps(2, 4, 7);
+        AMX_LOAD(5, w + 192, RN * 64);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+    amx_store(out, ostride);
+}
+
+/* Group g's block b widened into a B tile's form: pair p of the block, its 16 outputs' two k, 64 bytes a pair. */
+static inline __attribute__((always_inline)) void amx_widen(const uint8_t *panel, const int fmt, int64_t K, int g,
+                                                            int64_t b, const char *next, uint16_t *into) {
+    const uint8_t *block = group_block(panel, fmt, K, g, b, next);
+    const GroupScales s = group_scales(block, fmt);
+    const int chunks = fmt == Q4_1 ? 4 : 8, per_chunk = fmt == Q4_1 ? 4 : 2;
+UNROLL
+    for (int c = 0; c < chunks; c++) {
+        const __m512i chunk = _mm512_loadu_si512(block + 64 + 64 * c);
+UNROLL
+        for (int p = 0; p < per_chunk; p++)
+            _mm512_storeu_si512(into + (per_chunk * c + p) * 32, (__m512i)widened_pair(chunk, fmt, p, &s));
+    }
+}
+
+/* rows (≤ AMX_ROWS) against one quantized panel, each group's block widened as it is read: the widening is paid
+ * once for all the rows (the vector tiles paid it once per QRM rows and a dot product per row besides). The four
+ * groups of block b + 1 are widened while block b's tile products run, into the other half of a double buffer:
+ * a tile load waits for the stores of the bytes it reads to reach the cache, and one that read a buffer just
+ * written stalled a 1-row step (~10% slower than the vector tiles' on a 2-core Xeon). */
+static inline __attribute__((always_inline)) void amx_widen_block(const uint8_t *panel, const int fmt, int64_t K,
+                                                                  int64_t b, const char *next, uint16_t *into) {
+    amx_widen(panel, fmt, K, 0, b, next, into);
+    amx_widen(panel, fmt, K, 1, b, next, into + 512);
+    amx_widen(panel, fmt, K, 2, b, next, into + 1024);
+    amx_widen(panel, fmt, K, 3, b, next, into + 1536);
+}
+
+static inline __attribute__((always_inline)) void amx_tile_quantized(const uint8_t *panel, const int fmt, int64_t K,
+                                                                     const uint16_t *a, int64_t Kp, int rows,
+                                                                     float *out, int64_t ostride, const char *next,
+                                                                     uint16_t *scratch) {
+    amx_configure(rows, 0);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+#ifndef AMX_AHEAD
+#define AMX_AHEAD 2
+#endif
+    uint16_t(*widened)[4 * 512] = (uint16_t(*)[4 * 512])scratch; /* AMX_AHEAD + 1 slots, no more than blocks */
+    const int64_t blocks = K / QBLOCK;
+    for (int64_t b = 0; b < AMX_AHEAD && b < blocks; b++) amx_widen_block(panel, fmt, K, b, next, widened[b]);
+    for (int64_t b = 0, slot = 0; b < blocks; b++, slot = slot == AMX_AHEAD ? 0 : slot + 1) {
+        const uint16_t *w = widened[slot];
+        AMX_LOAD(4, a + QBLOCK * b, Kp * 2);
+        AMX_LOAD(5, w, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        AMX_LOAD(6, w + 512, 64);
+        _tile_dpbf16ps(1, 4, 6);
+        AMX_LOAD(7, w + 1024, 64);
+        _tile_dpbf16ps(2, 4, 7);
+        AMX_LOAD(5, w + 1536, 64);
+        _tile_dpbf16ps(3, 4, 5);
+        if (b + AMX_AHEAD < blocks)
+            amx_widen_block(panel, fmt, K, b + AMX_AHEAD, next, widened[slot == 0 ? AMX_AHEAD : slot - 1]);
+    }
+    amx_store(out, ostride);
+}
+
+/* 17-32 rows against one panel, plain (fmt 0) or quantized: two row tiles (rows, rows1), the panel's groups two
+ * at a time (C0, C1 the first tile's, C2, C3 the second's), so that each group's block is widened (or loaded)
+ * once for both tiles. Why not two passes of the one-tile kernel: those widened every block twice, or read a
+ * plain panel (3.5× a block's bytes) twice; 24 rows then cost 1.8× what 16 did. */
+static inline __attribute__((always_inline)) void amx_two_tiles(const void *panel, const int fmt, int64_t K,
+                                                                const uint16_t *a, int64_t Kp, int rows, int rows1,
+                                                                float *out, int64_t ostride, const char *next,
+                                                                uint16_t *scratch) {
+    amx_configure(rows, rows1);
+    const uint16_t *a1 = a + rows * Kp;
+    const int64_t blocks = K / 32;
+    uint16_t(*widened)[2 * 512] = (uint16_t(*)[2 * 512])scratch; /* a quantized panel's two slots */
+    for (int g = 0; g < RN; g += 2) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        if (fmt) {
+            amx_widen((const uint8_t *)panel, fmt, K, g, 0, next, widened[0]);
+            amx_widen((const uint8_t *)panel, fmt, K, g + 1, 0, next, widened[0] + 512);
+        }
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint16_t *w = fmt ? widened[b & 1] : (const uint16_t *)panel + (b * 16 * RN + g) * 32;
+            const int64_t stride = fmt ? 64 : RN * 64, second = fmt ? 512 : 32;
+            AMX_LOAD(4, a + 32 * b, Kp * 2);
+            AMX_LOAD(5, a1 + 32 * b, Kp * 2);
+            AMX_LOAD(6, w, stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+            AMX_LOAD(7, w + second, stride);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(3, 5, 7);
+            if (fmt && b + 1 < blocks) {
+                amx_widen((const uint8_t *)panel, fmt, K, g, b + 1, next, widened[(b + 1) & 1]);
+                amx_widen((const uint8_t *)panel, fmt, K, g + 1, b + 1, next, widened[(b + 1) & 1] + 512);
+            }
+        }
+        _tile_stored(0, out + g * 16, ostride * 4);
+        _tile_stored(1, out + g * 16 + 16, ostride * 4);
+        _tile_stored(2, out + rows * ostride + g * 16, ostride * 4);
+        _tile_stored(3, out + rows * ostride + g * 16 + 16, ostride * 4);
+    }
+}
+
+/* Every row of one plain panel: one tile up to AMX_ROWS rows, else pieces of up to 2 · AMX_ROWS rows (near-equal,
+ * as product_panel's tiles), each in two tiles. */
+static void amx_product_panel(const uint16_t *panel, const Input *in, int64_t M, int64_t K, float *out,
+                              int64_t ostride) {
+    if (M <= AMX_ROWS) {
+        amx_tile_plain(panel, in->r, in->Kp, (int)M, K, out, ostride);
+        return;
+    }
+    const int64_t pieces = (M + 2 * AMX_ROWS - 1) / (2 * AMX_ROWS), base = M / pieces, longer = M % pieces;
+    for (int64_t t = 0, m = 0; t < pieces; m += base + (t < longer), t++) {
+        const int rows = (int)(base + (t < longer));
+        amx_two_tiles(panel, 0, K, in->r + m * in->Kp, in->Kp, (rows + 1) / 2, rows / 2, out + m * ostride, ostride,
+                      NULL, NULL);
+    }
+}
+
+static inline int amx_takes(int bf16, int64_t K) { return bf16 && amx_on && K % 32 == 0; }
+#else
+static inline void amx_begin(void) {}
+static inline void amx_end(void) {}
+#endif
+
+/* Whether the bf16 products run on AMX tiles: wanted (0: no) and allowed here. Returns what holds now. */
+int specviz_use_amx(int wanted) {
+#ifdef SPECVIZ_AMX
+    amx_on = wanted && amx_allowed();
+    return amx_on;
+#else
+    (void)wanted;
+    return 0;
+#endif
+}
+
 /* Every row of one panel: ceil(M / RM) tiles of near-equal rows (8 rows: 4 + 4, not 6 + 2). Where there are
  * several, each asks for its share of the next panel (ahead, NULL for none): without that, the first tile of a
  * panel waited on memory and the later ones ran from cache while the memory bus idled (16 rows: ~2 ms of 21).
  * Built with -DSPECVIZ_NO_AHEAD (SPECVIZ_NATIVE_CFLAGS), it asks for nothing: the A/B switch. */
 static void product_panel(const void *panel, int bf16, const Input *in, int64_t M, int64_t K, float *out,
                           int64_t ostride, const char *ahead) {
+#ifdef SPECVIZ_AMX
+    if (amx_takes(bf16, K)) {
+        amx_product_panel((const uint16_t *)panel, in, M, K, out, ostride);
+        return;
+    }
+#endif
     const int64_t tiles = (M + RM - 1) / RM, base = M / tiles, longer = M % tiles;
     const int64_t bytes = panel_elems(K, bf16) * (bf16 ? 2 : 4), lines = (bytes + 63) / 64;
     for (int64_t t = 0, m = 0; t < tiles; m += base + (t < longer), t++) {
@@ -1298,6 +1569,20 @@ static void product_stored_panel(const void *stored, int fmt, int bf16, const In
         product_int8((const uint8_t *)stored, fmt, in, M, K, out, ostride, next);
         return;
     }
+#ifdef SPECVIZ_AMX
+    if (amx_takes(bf16, K) && M <= AMX_ROWS) {
+        const uint8_t *panel = (const uint8_t *)stored;
+        if (fmt == Q4_1) amx_tile_quantized(panel, Q4_1, K, in->r, in->Kp, (int)M, out, ostride, next, unpacked);
+        else amx_tile_quantized(panel, Q8_0, K, in->r, in->Kp, (int)M, out, ostride, next, unpacked);
+        return;
+    }
+    if (amx_takes(bf16, K) && M <= 2 * AMX_ROWS) {
+        const int rows = (int)(M + 1) / 2, rows1 = (int)M / 2;
+        if (fmt == Q4_1) amx_two_tiles(stored, Q4_1, K, in->r, in->Kp, rows, rows1, out, ostride, next, unpacked);
+        else amx_two_tiles(stored, Q8_0, K, in->r, in->Kp, rows, rows1, out, ostride, next, unpacked);
+        return;
+    }
+#endif
 #ifdef SPECVIZ_DPBF16
     if (bf16 && M <= QRM) {
         const uint8_t *panel = (const uint8_t *)stored;
@@ -1371,7 +1656,7 @@ static inline void input_set(Input *in, int bf16, int64_t m, int64_t k, float va
     if (bf16) value = round_bf16(value);
     in->f[k * in->ld + m] = value;
 #ifdef SPECVIZ_DPBF16
-    if (bf16) in->h[((k >> 1) * in->ld + m) * 2 + (k & 1)] = f32_to_bf16(value);
+    if (bf16) in->h[((k >> 1) * in->ld + m) * 2 + (k & 1)] = in->r[m * in->Kp + k] = f32_to_bf16(value);
 #endif
 }
 
@@ -1431,6 +1716,27 @@ int specviz_input_scalar = 0; /* set (by the test that compares the two): the co
  * a time would scatter them ld apart; a bf16 model's whole blocks 32 columns at a time where AVX-512 allows. */
 static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64_t k0, int64_t cols, const float *src,
                             int64_t src_stride, int quantize) {
+#ifdef SPECVIZ_AMX
+    /* where every product of this input takes AMX tiles (amx_takes: its K a multiple of 32) and no int8 form is
+     * wanted, the tiles' row-major form is all that is read: written alone, a row at a time along memory, where
+     * the k-major forms' scatters (or past 8 rows their column loop, ~10 cycles an element) cost a 16-row
+     * verification ~0.3 of its time on a 2-core Xeon */
+    if (!quantize && amx_takes(bf16, in->K)) {
+        for (int64_t r = 0; r < rows; r++) {
+            uint16_t *row = in->r + (m0 + r) * in->Kp + k0;
+            const float *from = src + r * src_stride;
+            int64_t c = 0;
+            for (; c + 16 <= cols; c += 16) {
+                const vu bits = vbf16_bits(load_f32(from + c));
+                __m512i wide;
+                memcpy(&wide, &bits, sizeof wide);
+                _mm256_storeu_si256((__m256i *)(void *)(row + c), _mm512_cvtepi32_epi16(_mm512_srli_epi32(wide, 16)));
+            }
+            for (; c < cols; c++) row[c] = f32_to_bf16(from[c]);
+        }
+        return;
+    }
+#endif
 #if defined(__AVX512F__) && defined(__AVX512VL__)
     /* a bf16 model's rows 32 columns at a time (k0 even, as every caller's is): each 16 rounded in one vector,
      * the same bits as f32_to_bf16, scattered to the k-major input (fp32 and bf16 pairs) and quantized from
@@ -1457,6 +1763,7 @@ static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64
 #ifdef SPECVIZ_DPBF16
                     const __m256i halves = _mm512_cvtepi32_epi16(_mm512_srli_epi32(wide, 16));
                     _mm256_i32scatter_epi32((int *)(void *)(in->h + (k / 2 * ld + m0 + r) * 2), pairs, halves, 4);
+                    _mm256_storeu_si256((__m256i *)(void *)(in->r + (m0 + r) * in->Kp + k), halves);
 #endif
                 }
                 if (quantize) quantize_block(block, in, m0 + r, (k0 + c) / QBLOCK);
@@ -1482,6 +1789,9 @@ static void input_set_block(Input *in, int bf16, int64_t m0, int64_t rows, int64
 #ifdef SPECVIZ_DPBF16
             h[2 * r] = a;
             if (two) h[2 * r + 1] = b;
+            uint16_t *row = in->r + (m0 + r) * in->Kp + k0 + c;
+            row[0] = a;
+            if (two) row[1] = b;
 #else
             (void)h;
 #endif
@@ -1629,10 +1939,12 @@ static float *carve(float **at, int64_t n) {
 }
 
 static void carve_input(float **at, Input *in, int64_t M, int64_t K) {
+    in->K = K;
     in->Kp = padded(K);
     in->ld = M;
     in->f = carve(at, M * in->Kp);
     in->h = (uint16_t *)carve(at, (M * in->Kp + 1) / 2);
+    in->r = (uint16_t *)carve(at, (M * in->Kp + 1) / 2);
     in->q8 = (uint32_t *)carve(at, int8_elems(M, in->Kp));
 }
 
@@ -1679,6 +1991,7 @@ int64_t specviz_work_floats(const Shape *s, int64_t M, int threads) {
 static void clear_input(Input *in, int64_t M) {
     memset(in->f, 0, sizeof(float) * M * in->Kp); /* the padding columns stay zero */
     memset(in->h, 0, 2 * M * in->Kp);
+    memset(in->r, 0, 2 * M * in->Kp);
     memset(in->q8, 0, 4 * int8_elems(M, in->Kp)); /* and the padding blocks' scales: they add nothing */
 }
 
@@ -2303,6 +2616,9 @@ static inline int64_t unit_head(const Shape *s, int64_t u) {
 #endif
 /* The AVX2 build (its own A/B, forced on the same Zen 4): fp32 0.38 of plain at 1 row, 0.60 at 4, 0.93 at 8;
  * bf16 (rounding each weight too) 0.86 at 1 row, 1.16-1.25 at 2-8. */
+#ifndef BLOCK_ROWS_AMX /* AMX tiles widen a block once for all rows (up to AMX_ROWS) */
+#define BLOCK_ROWS_AMX 32
+#endif
 #ifndef BLOCK_ROWS_AVX2_FP32
 #define BLOCK_ROWS_AVX2_FP32 8
 #endif
@@ -2310,6 +2626,9 @@ static inline int64_t unit_head(const Shape *s, int64_t u) {
 #define BLOCK_ROWS_AVX2_BF16 1
 #endif
 static inline int64_t block_rows(int bf16) {
+#ifdef SPECVIZ_AMX
+    if (amx_takes(bf16, QBLOCK)) return BLOCK_ROWS_AMX;
+#endif
 #ifdef SPECVIZ_QUANTIZED_AVX2
     return bf16 ? BLOCK_ROWS_AVX2_BF16 : BLOCK_ROWS_AVX2_FP32;
 #else
@@ -2387,6 +2706,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
     {
         int thread, team;
         team_position(&thread, &team);
+        amx_begin();
         int sense = 0;
         CLOCK_START(thread);
         Input *mine = &w.mine[thread];
@@ -2514,6 +2834,7 @@ int specviz_layers(const Shape *s, const Layer *layers, int n_layers, void *hidd
             }
             CLOCK_MEET(thread, 4, &barrier, team, &sense);
         }
+        amx_end();
     }
     free(tickets);
     free(chosen);
@@ -2548,6 +2869,7 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
     {
         int thread, team;
         team_position(&thread, &team);
+        amx_begin();
         void *unpacked = w.unpacked + thread * unpacked_floats(s);
         int64_t ahead = -1;
         for (int64_t p = take(&next); p * P < vocab; p = ahead >= 0 ? ahead : take(&next)) {
@@ -2557,6 +2879,7 @@ int specviz_head(const Shape *s, const void *hidden, int64_t M, const void *norm
                     ahead >= 0 && ahead * P < vocab ? panel_at(head, head_format, bf16, s->d, ahead * P) : NULL,
                     unpacked);
         }
+        amx_end();
     }
 #ifdef SPECVIZ_STAGE_CLOCK
     stage_wall[5] += clock_now() - started;
@@ -2575,16 +2898,19 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_for
     if (!x || !w || !y) return SPECVIZ_BAD_POINTER;
     if (w_format && !quantized_shape_ok(K, w_format)) return SPECVIZ_BAD_FORMAT;
     Input in;
+    in.K = K;
     in.Kp = padded(K);
     in.ld = M;
     in.f = (float *)calloc((size_t)(M * in.Kp), sizeof(float));
     in.h = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
+    in.r = (uint16_t *)calloc((size_t)(M * in.Kp), sizeof(uint16_t));
     in.q8 = (uint32_t *)calloc((size_t)int8_elems(M, in.Kp), sizeof(uint32_t));
     const int64_t widened = panel_elems(K, 0) * 4; /* bytes of one thread's widened panel (fp32-sized, as above) */
     char *unpacked = w_format ? (char *)calloc((size_t)threads, (size_t)widened) : NULL;
-    if (!in.f || !in.h || !in.q8 || (w_format && !unpacked)) {
+    if (!in.f || !in.h || !in.r || !in.q8 || (w_format && !unpacked)) {
         free(in.f);
         free(in.h);
+        free(in.r);
         free(in.q8);
         free(unpacked);
         return SPECVIZ_NO_MEMORY;
@@ -2596,15 +2922,18 @@ int specviz_linear(const void *x, int64_t M, int64_t K, const void *w, int w_for
     {
         int thread, team;
         team_position(&thread, &team);
+        amx_begin();
         int64_t n0, n1;
         share(N, thread, team, &n0, &n1);
         product(w, w_format, bf16, &in, M, K, n0, n1, y, N, NULL, unpacked ? unpacked + thread * widened : NULL);
         if (bias)
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = n0; n < n1; n++) y[m * N + n] += load_hidden(bias, bf16, n);
+        amx_end();
     }
     free(in.f);
     free(in.h);
+    free(in.r);
     free(in.q8);
     free(unpacked);
     return SPECVIZ_OK;

@@ -47,6 +47,9 @@ QUANTIZED_VARIABLE = "SPECVIZ_QUANTIZED_PANELS"
 # other logits than the exact products', the same for every method); "exact" (the default): the model's own numbers
 PRODUCTS_VARIABLE = "SPECVIZ_PRODUCTS"
 PRODUCTS = ("exact", "int8")
+# "0": a bf16 model's products stay on the vector dot products where the CPU has AMX tiles (the A/B switch);
+# "1" (the default): tiles wherever the CPU and OS allow them
+AMX_VARIABLE = "SPECVIZ_AMX"
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
@@ -104,7 +107,10 @@ def _library():
         lib.specviz_unpack_quantized.restype = ctypes.c_int
         lib.specviz_int8_vector.argtypes = []
         lib.specviz_int8_vector.restype = ctypes.c_int
+        lib.specviz_use_amx.argtypes = [ctypes.c_int]
+        lib.specviz_use_amx.restype = ctypes.c_int
         lib._specviz_typed = True
+        lib.specviz_use_amx(int(amx_wanted()))
     return lib
 
 
@@ -158,14 +164,40 @@ def products() -> str:
     return value
 
 
+def amx_wanted() -> bool:
+    """Whether ``SPECVIZ_AMX`` lets a bf16 model's products use AMX tiles (unset, empty or ``1``: yes; ``0``: no)."""
+    value = os.environ.get(AMX_VARIABLE, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"{AMX_VARIABLE} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def amx() -> bool:
+    """Whether the bf16 products run on AMX tiles in this process: built for a CPU that has them (a Xeon since
+    Sapphire Rapids), allowed by the OS, and not switched off (``SPECVIZ_AMX=0``, read as it stands now and applied
+    to the library, which read it when first loaded). Their bits are not the vector products' (another order of
+    the same sums), so measurements cached with one never stand for the other (:func:`panels_id`)."""
+    lib = _library()
+    return bool(lib is not None and lib.specviz_use_amx(int(amx_wanted())))
+
+
+def plain_panels() -> bool:
+    """Whether the products are told to read plain panels even where GGUF blocks could serve
+    (``SPECVIZ_QUANTIZED_PANELS=0``, the A/B switch)."""
+    return os.environ.get(QUANTIZED_VARIABLE, "1").strip() == "0"
+
+
 def panels_id() -> str:
     """``"-plain-panels"`` where the products are told to read plain panels even where GGUF blocks could serve
     (``SPECVIZ_QUANTIZED_PANELS=0``), ``"-int8-products"`` where they read blocks against int8 inputs
-    (``SPECVIZ_PRODUCTS=int8``), else ``""``: part of what cached measurements are keyed by, beside
-    :func:`build_id`, since the step's cost (and for int8 its numbers) differs."""
-    if os.environ.get(QUANTIZED_VARIABLE, "1").strip() == "0":
-        return "-plain-panels"
-    return "-int8-products" if products() == "int8" else ""
+    (``SPECVIZ_PRODUCTS=int8``), either followed by ``"-no-amx"`` where AMX tiles are switched off
+    (``SPECVIZ_AMX=0``), else ``""``: part of what cached measurements are keyed by, beside :func:`build_id`
+    (whose CPU digest already parts a machine with tiles from one without), since the step's cost (and for int8
+    and the tiles its numbers) differs."""
+    tiles = "-no-amx" if not amx_wanted() else ""
+    if plain_panels():
+        return "-plain-panels" + tiles
+    return ("-int8-products" if products() == "int8" else "") + tiles
 
 
 def build_info() -> library.BuildInfo | None:
@@ -390,7 +422,7 @@ class NativeStep:
         self._layouts: dict[bool, int] = {}  # bf16 → the build's panel layout (_packing_key)
         # GGUF formats whose blocks the products read where a weight has them: those this build widens with
         # vector instructions for this dtype, unless switched off
-        plain = panels_id() == "-plain-panels"
+        plain = plain_panels()
         # int8 products: every weight with Q4_1 or Q8_0 blocks, in any dtype and build (the scalar form where the
         # build has no VNNI), where attention's heads split into whole blocks of 32 (their output is quantized head
         # by head)

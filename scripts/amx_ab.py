@@ -1,0 +1,66 @@
+"""The target's forward on AMX tiles against the vector dot products, in one process.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/amx_ab.py [--rows 1,2,4,8,16,32] [--blocks 20]
+
+Where the native step was built for a CPU with AMX tiles (a Xeon since Sapphire Rapids) and the OS allows them,
+loads the default model once in bf16, prefills 300 tokens, then times forwards of n rows after them, switching
+the products between the tiles and the vector dot products (``specviz_use_amx``: the same packed weights) in
+blocks of 8 forwards, the order flipping every block, so that a VM's drifting speed falls on both alike. Prints
+the median ms a forward for each, their ratio, and each one's t(n) ÷ t(1). ``SPECVIZ_QUANTIZED_PANELS=0`` times
+the plain panels instead of the GGUF blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from engines import Engine
+from engines.model.machine import os_cpu_name
+from engines.model.native import step as native_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", default="1,2,4,8,16,32")
+    parser.add_argument("--blocks", type=int, default=20)
+    args = parser.parse_args()
+    rows = [int(n) for n in args.rows.split(",")]
+    if not native_step.amx():
+        raise SystemExit("no AMX here: the native step's build or this CPU/OS has none (or SPECVIZ_AMX=0)")
+    lib = native_step._library()
+    engine = Engine.load(dtype="bfloat16")
+    cache = engine.target.new_cache(512)
+    variants = {"vector": 0, "AMX": 1}
+    with torch.inference_mode():
+        engine.target.forward(list(range(100, 400)), cache)
+        for n in rows:  # every panel kind packed before timing
+            engine.target.forward([5] * n, cache)
+            cache.crop(300)
+        print(f"{os_cpu_name()}, bf16, {torch.get_num_threads()} threads, 300 tokens cached; median ms a forward")
+        print("| rows | vector, ms | AMX, ms | AMX ÷ vector | vector t(n)/t(1) | AMX t(n)/t(1) |")
+        print("|--:|--:|--:|--:|--:|--:|")
+        first = {}
+        for n in rows:
+            times = {name: [] for name in variants}
+            for block in range(args.blocks):
+                for name in (list(variants) if block % 2 else list(variants)[::-1]):
+                    lib.specviz_use_amx(variants[name])
+                    for _ in range(8):
+                        started = time.perf_counter()
+                        engine.target.forward([5] * n, cache)
+                        times[name].append(time.perf_counter() - started)
+                        cache.crop(300)
+            vector, tiles = (statistics.median(times[name]) * 1e3 for name in variants)
+            first.setdefault("vector", vector)
+            first.setdefault("AMX", tiles)
+            print(f"| {n} | {vector:.2f} | {tiles:.2f} | {tiles / vector:.3f} | {vector / first['vector']:.2f} | "
+                  f"{tiles / first['AMX']:.2f} |", flush=True)
+    lib.specviz_use_amx(int(native_step.amx_wanted()))
+
+
+if __name__ == "__main__":
+    main()
