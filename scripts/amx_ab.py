@@ -5,8 +5,9 @@
 Where the native step was built for a CPU with AMX tiles (a Xeon since Sapphire Rapids) and the OS allows them,
 loads the default model once in bf16, prefills 300 tokens, then times forwards of n rows after them, switching
 the products between the tiles and the vector dot products (``specviz_use_amx``: the same packed weights) in
-blocks of 8 forwards, the order flipping every block, so that a VM's drifting speed falls on both alike. Prints
-the median ms a forward for each, their ratio, and each one's t(n) ÷ t(1). ``SPECVIZ_QUANTIZED_PANELS=0`` times
+runs of 8 forwards, every row count and both variants in each block (the order flipping every block), so that a
+VM's drifting speed falls on all alike. Prints the median ms a forward for each, their ratio, and each one's
+t(n) ÷ t(first row count). ``SPECVIZ_QUANTIZED_PANELS=0`` times
 the plain panels instead of the GGUF blocks.
 """
 
@@ -19,7 +20,7 @@ import time
 import torch
 
 from engines import Engine
-from engines.model.machine import os_cpu_name
+from engines.model.step_choice import machine_name
 from engines.model.native import step as native_step
 
 
@@ -40,25 +41,24 @@ def main() -> None:
         for n in rows:  # every panel kind packed before timing
             engine.target.forward([5] * n, cache)
             cache.crop(300)
-        print(f"{os_cpu_name()}, bf16, {torch.get_num_threads()} threads, 300 tokens cached; median ms a forward")
+        print(f"{machine_name()}, bf16, {torch.get_num_threads()} threads, 300 tokens cached; median ms a forward")
         print("| rows | vector, ms | AMX, ms | AMX ÷ vector | vector t(n)/t(1) | AMX t(n)/t(1) |")
         print("|--:|--:|--:|--:|--:|--:|")
-        first = {}
-        for n in rows:
-            times = {name: [] for name in variants}
-            for block in range(args.blocks):
+        times = {(name, n): [] for name in variants for n in rows}
+        for block in range(args.blocks):  # every row count and both variants in each block: drift falls on all
+            for n in rows:
                 for name in (list(variants) if block % 2 else list(variants)[::-1]):
                     lib.specviz_use_amx(variants[name])
                     for _ in range(8):
                         started = time.perf_counter()
                         engine.target.forward([5] * n, cache)
-                        times[name].append(time.perf_counter() - started)
+                        times[name, n].append(time.perf_counter() - started)
                         cache.crop(300)
-            vector, tiles = (statistics.median(times[name]) * 1e3 for name in variants)
-            first.setdefault("vector", vector)
-            first.setdefault("AMX", tiles)
-            print(f"| {n} | {vector:.2f} | {tiles:.2f} | {tiles / vector:.3f} | {vector / first['vector']:.2f} | "
-                  f"{tiles / first['AMX']:.2f} |", flush=True)
+        ms = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+        for n in rows:
+            vector, tiles = ms["vector", n], ms["AMX", n]
+            print(f"| {n} | {vector:.2f} | {tiles:.2f} | {tiles / vector:.3f} | {vector / ms['vector', rows[0]]:.2f} | "
+                  f"{tiles / ms['AMX', rows[0]]:.2f} |", flush=True)
     lib.specviz_use_amx(int(native_step.amx_wanted()))
 
 

@@ -421,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["SPECVIZ_NATIVE_ISA"] = args.isa
     if getattr(args, "products", None):  # the same: the products' numerics, for this process and its lane workers
         os.environ["SPECVIZ_PRODUCTS"] = args.products
+    if getattr(args, "amx", None):  # the same: AMX tiles or the vector products
+        os.environ["SPECVIZ_AMX"] = "1" if args.amx == "on" else "0"
     try:
         return COMMANDS[args.command](args)
     except (ValueError, OSError, LaneError) as error:  # OSError: a file that cannot be read or written

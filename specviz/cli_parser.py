@@ -41,8 +41,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_native_step_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which build of the native step runs and with which products (``SPECVIZ_NATIVE_ISA``, ``SPECVIZ_PRODUCTS``
-    for this process and the lane workers it starts): each build's curves and dtype choice are cached apart, so the
+    """Which build of the native step runs and with which products (``SPECVIZ_NATIVE_ISA``, ``SPECVIZ_PRODUCTS``,
+    ``SPECVIZ_AMX`` for this process and the lane workers it starts): each build's curves and dtype choice are cached apart, so the
     AVX2 build can be measured on an AVX-512 machine without mixing the two."""
     parser.add_argument("--isa", choices=["native", "avx2"], default=None,
                         help="native step build: native (-march=native, the default) or avx2 (x86-64-v3: AVX2, FMA, "
@@ -51,6 +51,10 @@ def add_native_step_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the native step's products: exact (the model's own numbers, the default) or int8 (the "
                              "GGUF's blocks against inputs quantized to int8, llama.cpp's numerics: other logits, the "
                              "same for every method); sets SPECVIZ_PRODUCTS")
+    parser.add_argument("--amx", choices=["on", "off"], default=None,
+                        help="a bf16 model's products and attention scores on AMX tiles where the CPU has them (on, "
+                             "the default: Xeons since Sapphire Rapids) or on the vector dot products (off: other "
+                             "bits, the same for every method); sets SPECVIZ_AMX")
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,8 @@ def to_markdown(results: dict) -> str:
              f"temperature {setup['temperature']}. Speedup is against `ar` measured in the same run; τ counts the "
              "bonus/correction token; α = accepted ÷ drafted.", "",
              *([f"Machine: {setup['machine']}. Step: {setup['step']}"
-                + (" (the AVX2 build, forced with --isa avx2)." if setup.get("native_isa") == "avx2" else "."), ""]
+                + (" (the AVX2 build, forced with --isa avx2)" if setup.get("native_isa") == "avx2" else "")
+                + ("; its bf16 products and attention scores on AMX tiles." if setup.get("amx") else "."), ""]
                if setup.get("step") else []),
              "## Overall", "", "| method | tokens/s | speedup | τ | α | draft cost c | output = ar |",
              "|---|---|---|---|---|---|---|"]

@@ -236,16 +236,20 @@ def setup_info(engine: Engine, prompts_path, max_new_tokens, temperature, n_prom
 
 def native_build(engine: Engine) -> dict:
     """Which build of the native step ran (``{"native_isa": "native" | "avx2"}``) and, where its products took int8
-    inputs, ``"products": "int8"``, where the engine's target runs on one (nothing is built for a GPU run): a run
-    under ``--isa avx2`` or ``--products int8`` must say so beside its figures, since the same CPU gives other ones
-    with its own build, and int8 products other outputs."""
+    inputs, ``"products": "int8"``, and where a bf16 model's products ran on AMX tiles, ``"amx": True``, where the
+    engine's target runs on one (nothing is built for a GPU run): a run under ``--isa avx2`` or ``--products int8``
+    must say so beside its figures, since the same CPU gives other ones with its own build, and int8 products and
+    the tiles other outputs."""
     from engines.model.native import step as native_step
 
     native = engine.target.native
     info = native_step.build_info() if native is not None else None
     if info is None:
         return {}
-    return {"native_isa": info.isa, "products": "int8"} if native.int8_products else {"native_isa": info.isa}
+    build = {"native_isa": info.isa, "products": "int8"} if native.int8_products else {"native_isa": info.isa}
+    if engine.dtype == "bfloat16" and native_step.amx():
+        build["amx"] = True
+    return build
 
 
 def project_relative(path) -> str:

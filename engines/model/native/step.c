@@ -8,10 +8,11 @@
  * (llama.cpp's ggml-cpu does the same).
  *
  * Row invariance by construction: every output element of a product is one vector lane summing its k in
- * ascending order (the weights are packed so that a lane is an output: see "products" below), one thread
- * computes it whole, and attention visits a query's keys in cache order, skips the ones it may not see and
- * reduces each score by one fixed tree. So a row's bits never depend on how many rows share the call or on
- * which thread took it: a chunk or a tree verified in one forward gets what one-token steps would get.
+ * ascending order (the weights are packed so that a lane is an output: see "products" below), or on a CPU with
+ * AMX one row of a tile summing blocks of 32 k in ascending order (see "AMX tiles"), one thread computes it
+ * whole, and attention visits a query's keys in cache order, skips the ones it may not see and reduces each
+ * score by one fixed tree. So a row's bits never depend on how many rows share the call or on which thread
+ * took it: a chunk or a tree verified in one forward gets what one-token steps would get.
  *
  * Numerics of a 16-bit (bf16) model: the residual stream is fp32 inside a layer and rounded to bf16 at each
  * layer's end (as the Hugging Face layer returns it, so any split of the layers gives the same bits); a
@@ -2393,6 +2394,81 @@ static inline __attribute__((always_inline)) void scores_by_lanes(const int HV, 
     }
     for (int qi = 0; qi < g->count; qi++) best[qi] = _mm512_reduce_max_ps(tops[qi]);
 }
+
+#ifdef SPECVIZ_AMX
+/* Every query's scores on AMX tiles, where the products take them (the same process-wide switch): each key's score
+ * with a query is one element of a tile product, keys as A's rows (straight from the cache, head_dim · 2 bytes
+ * apart), the group's queries as B's columns (their bf16 pairs, built once), summed over head_dim in pieces of 32
+ * ascending. A score depends on its key and its query alone, never on how many queries share the tile or where the
+ * key sits, so a query's bits are the one-query call's, as with the vector paths (whose bits these are not: another
+ * order of the same sums). Why: the vector paths paid a dot product per key per query; a verification of 16 rows
+ * spent ~4.8 of its ~21 ms in attention on a 2-core Xeon, against ~0.9 for one row. head_dim 64 or 128 here. */
+static void amx_scores(const int HV, const Shape *s, const uint16_t *keys, const Queries *g, int64_t longest,
+                       Scratch *x, float *best) {
+    const int64_t hd = HV * 16, pieces = hd / 32;
+    const int count = g->count;
+    uint32_t columns[4][16][GROUP_QUERIES]; /* B: piece, pair of the piece, query */
+    for (int qi = 0; qi < count; qi++) {
+        __m512bh qh[4];
+        bf16_query(HV, g->q[qi], qh);
+        for (int64_t p = 0; p < pieces; p++) {
+            uint32_t pairs[16];
+            memcpy(pairs, &qh[p], sizeof pairs);
+            for (int i = 0; i < 16; i++) columns[p][i][qi] = pairs[i];
+        }
+    }
+    const int key = 1 << 16 | count; /* apart from every product's configuration */
+    if (amx_rows != key) {
+        TileConfig *config = &amx_config;
+        memset(config, 0, sizeof *config);
+        config->palette = 1;
+        for (int t = 0; t < 6; t++) { /* C: 16 keys × the queries; A: 16 keys × 32 elements; B: 16 pairs × queries */
+            config->rows[t] = 16;
+            config->colsb[t] = (uint16_t)(t == 1 ? 64 : 4 * count);
+        }
+        __asm__ volatile("ldtilecfg %0" ::"m"(*config));
+        amx_rows = key;
+    }
+    AMX_LOAD(2, columns[0], 4 * GROUP_QUERIES);
+    AMX_LOAD(3, columns[1], 4 * GROUP_QUERIES);
+    if (pieces == 4) {
+        AMX_LOAD(4, columns[2], 4 * GROUP_QUERIES);
+        AMX_LOAD(5, columns[3], 4 * GROUP_QUERIES);
+    }
+    __m512 tops[GROUP_QUERIES];
+    for (int qi = 0; qi < count; qi++) tops[qi] = _mm512_set1_ps(-INFINITY);
+    const __m512 scaling = _mm512_set1_ps(s->scaling);
+    uint16_t *tail = (uint16_t *)(void *)x->block; /* the last keys, zero-padded to 16 */
+    float table[16][16];                           /* C: key, query */
+    for (int64_t j = 0; j < longest; j += 16) {
+        const uint16_t *rows = keys + j * hd;
+        if (j + 16 > longest) { /* past the cache's last key read nothing: the head's rows may end there */
+            memset(tail, 0, (size_t)(16 * hd) * 2);
+            memcpy(tail, rows, (size_t)((longest - j) * hd) * 2);
+            rows = tail;
+        }
+        _tile_zero(0);
+        AMX_LOAD(1, rows, hd * 2);
+        _tile_dpbf16ps(0, 1, 2);
+        AMX_LOAD(1, rows + 32, hd * 2);
+        _tile_dpbf16ps(0, 1, 3);
+        if (pieces == 4) {
+            AMX_LOAD(1, rows + 64, hd * 2);
+            _tile_dpbf16ps(0, 1, 4);
+            AMX_LOAD(1, rows + 96, hd * 2);
+            _tile_dpbf16ps(0, 1, 5);
+        }
+        _tile_stored(0, table, 64);
+        __m512i by_query[16];
+        for (int t = 0; t < 16; t++) by_query[t] = _mm512_loadu_si512(table[t]);
+        transpose16(by_query);
+        for (int qi = 0; qi < count; qi++)
+            keep_scores(_mm512_castsi512_ps(by_query[qi]), scaling, j, g->end[qi], g->seen[qi],
+                        x->scores + qi * s->capacity, &tops[qi]);
+    }
+    for (int qi = 0; qi < count; qi++) best[qi] = _mm512_reduce_max_ps(tops[qi]);
+}
+#endif
 #else
 #define DOT_SCORES(HV, bf16) 0
 #endif
@@ -2409,6 +2485,11 @@ static inline __attribute__((always_inline)) void attend_vectors(const int HV, c
         best[qi] = -INFINITY;
     }
     const int dot = DOT_SCORES(HV, bf16); /* scores by bf16 dot products straight from the cache */
+#ifdef SPECVIZ_AMX
+    if (dot && amx_on && (HV == 4 || HV == 8))
+        amx_scores(HV, s, (const uint16_t *)keys + base * hd, g, longest, x, best);
+    else
+#endif
 #ifdef SPECVIZ_DPBF16
     if (dot && HV <= 8 && g->count >= LANES_FROM)
         scores_by_lanes(HV, s, (const uint16_t *)keys + base * hd, g, longest, x, best);
