@@ -9,6 +9,10 @@ runs of 8 forwards, every row count and both variants in each block (the order f
 VM's drifting speed falls on all alike. Prints the median ms a forward for each, their ratio, and each one's
 t(n) ÷ t(first row count). ``SPECVIZ_QUANTIZED_PANELS=0`` times
 the plain panels instead of the GGUF blocks.
+
+``--ar N`` times whole ``ar`` runs instead: N rounds over the first six prompts of ``data/prompts.jsonl``, 128
+tokens each through end-of-text, the two variants alternating; median tokens/s of the decode (as the bench
+counts them) and of the whole run, prefill included.
 """
 
 from __future__ import annotations
@@ -24,16 +28,42 @@ from engines.model.step_choice import machine_name
 from engines.model.native import step as native_step
 
 
+def time_ar_runs(engine: Engine, lib, rounds: int) -> None:
+    from specviz.prompts import load_prompts
+
+    prompts = [prompt.turns[0] for prompt in load_prompts()[:6]]
+    whole: dict[int, list[float]] = {0: [], 1: []}
+    decode: dict[int, list[float]] = {0: [], 1: []}
+    for round_ in range(rounds):
+        for tiles in ((0, 1) if round_ % 2 else (1, 0)):
+            lib.specviz_use_amx(tiles)
+            for prompt in prompts:
+                engine.run(prompt, "ar", max_new_tokens=8)  # this prompt's packing and caches, untimed
+                started = time.perf_counter()
+                run = engine.run(prompt, "ar", max_new_tokens=128, stop_at_eos=False)
+                whole[tiles].append(128 / (time.perf_counter() - started))
+                decode[tiles].append(run.stats.tokens_per_s)
+    print(f"{machine_name()}, bf16, ar, {rounds} rounds × {len(prompts)} prompts × 128 tokens, median tokens/s: "
+          f"decode (as the bench counts) vector {statistics.median(decode[0]):.1f}, AMX "
+          f"{statistics.median(decode[1]):.1f}; prefill included vector {statistics.median(whole[0]):.1f}, AMX "
+          f"{statistics.median(whole[1]):.1f}")
+    lib.specviz_use_amx(int(native_step.amx_wanted()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="1,2,4,8,16,32")
     parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--ar", type=int, default=0, help="rounds of whole ar runs instead of forwards")
     args = parser.parse_args()
     rows = [int(n) for n in args.rows.split(",")]
     if not native_step.amx():
         raise SystemExit("no AMX here: the native step's build or this CPU/OS has none (or SPECVIZ_AMX=0)")
     lib = native_step._library()
     engine = Engine.load(dtype="bfloat16")
+    if args.ar:
+        time_ar_runs(engine, lib, args.ar)
+        return
     cache = engine.target.new_cache(512)
     variants = {"vector": 0, "AMX": 1}
     with torch.inference_mode():

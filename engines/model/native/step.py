@@ -4,7 +4,8 @@ Why it exists, measured on a 2-core AMD EPYC (Zen 4, bf16): PyTorch's path spent
 in matrix products and ~13 ms in some 1,500 small operations (norms in pieces, RoPE, residual adds, SiLU·mul,
 casts, cache writes) of a few µs each, while llama.cpp ran the whole step in 11.9. ``step.c`` runs a range of
 layers in one call and one OpenMP parallel region: the products stream their weights (AVX-512 BF16 dot
-products where the CPU has them), and the small operations are folded into the products' loops.
+products where the CPU has them, AMX tiles on a Xeon that has those: :func:`amx`), and the small operations are
+folded into the products' loops.
 
 It is row-invariant by construction in every dtype (each output summed in one fixed order, attention visiting
 a query's visible keys in cache order), so verifying n tokens in one forward gives each row the bits a
