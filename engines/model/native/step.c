@@ -32,12 +32,10 @@
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define SPECVIZ_DPBF16 1
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && (defined(__linux__) || defined(_WIN32))
-#define SPECVIZ_AMX 1 /* built for a CPU with AMX tiles (a Xeon since Sapphire Rapids): used where the OS allows */
-#if defined(__linux__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define SPECVIZ_AMX 1 /* built for a CPU with AMX tiles (a Xeon since Sapphire Rapids): used where the kernel allows */
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
 #endif
 #endif
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
@@ -82,6 +80,9 @@
 #define RN RN_DEFAULT
 #endif
 #define P (RN * VL)
+#if defined(SPECVIZ_AMX) && RN != 4 /* the AMX products take a panel's four 16-output groups (a -DRN=… A/B build) */
+#undef SPECVIZ_AMX
+#endif
 
 /* Loops over a tile's rows, vectors and lanes unrolled whole (their counts are constants at every call), so the
  * accumulators are registers: GCC's pragma, or clang's (which GCC 11 does not know). */
@@ -920,12 +921,8 @@ static inline __attribute__((always_inline)) void tile(const void *panel, int bf
  * Layout: nothing is repacked. A plain panel stores pair i of its 16-output group c at ((i · RN + c) · 64) bytes:
  * 16 pairs of one group, RN · 64 bytes apart, are one B tile (16 rows of 16 outputs × 2 k). A GGUF block of one
  * group is widened into a 1 KiB buffer in that same form (widened_pair, the vector tiles' own widening). The
- * inputs' row-major bf16 form (Input.r) gives the A tile: rows × 32 k, Kp · 2 bytes apart. Tiles: C0-C3 the
- * panel's four groups (four independent sums, so one tile product never waits for the one before), A in 4, B
- * in 5-7. */
-#if RN != 4
-#error "the AMX products take a panel's four 16-output groups as their four C tiles (RN = 4)"
-#endif
+ * inputs' row-major bf16 form (Input.r) gives the A tile: rows × 32 k, Kp · 2 bytes apart. Which tile holds
+ * what: amx_configure. Linux only: elsewhere the kernel's permission is asked otherwise, untried here. */
 #define AMX_ROWS 16
 /* GCC 12's own forms of these two tell the compiler less than they read: _tile_loadconfig reads 8 of the config's
  * 64 bytes (so its stores to the rest were dropped as dead: a fault), and _tile_loadd reads no memory at all (so
