@@ -42,8 +42,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_native_step_arguments(parser: argparse.ArgumentParser) -> None:
     """Which build of the native step runs and with which products (``SPECVIZ_NATIVE_ISA``, ``SPECVIZ_PRODUCTS``,
-    ``SPECVIZ_AMX`` for this process and the lane workers it starts): each build's curves and dtype choice are cached apart, so the
-    AVX2 build can be measured on an AVX-512 machine without mixing the two."""
+    ``SPECVIZ_AMX`` for this process and the lane workers it starts): each build's curves and dtype choice are
+    cached apart, so the AVX2 build can be measured on an AVX-512 machine without mixing the two."""
     parser.add_argument("--isa", choices=["native", "avx2"], default=None,
                         help="native step build: native (-march=native, the default) or avx2 (x86-64-v3: AVX2, FMA, "
                              "F16C, no AVX-512; x86 only); sets SPECVIZ_NATIVE_ISA")

@@ -17,10 +17,10 @@ from engines.model.exact_numerics import ROW_INVARIANT_ATTENTION
 from engines.model.kernels import KernelPlan, stock_kernels
 
 
-def bf16_llama(seed: int = 0) -> LlamaForCausalLM:
+def bf16_llama(seed: int = 0, heads: int = 4) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=256,
                          tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval().to(torch.bfloat16)
     model.config._attn_implementation = "sdpa"

@@ -171,14 +171,14 @@ def test_the_boundary_refuses_a_format_it_cannot_read():
 
 def test_a_linear_map_on_blocks_widens_panels_for_many_rows_and_keeps_the_bits():
     """``NativeStep.linear`` on a weight that keeps blocks (a drafter's map on the target's weights): 1–40 rows,
-    through the widening tile and, past its rows, through a panel widened once into scratch, equal bit for bit
-    to the same map on plain panels; 1–40 rows where AMX tiles run (one tile, two, then pieces)."""
+    through the widening tile and, past its rows, through a panel widened once into scratch (with AMX tiles: one
+    tile, two, then pieces), equal bit for bit to the same map on plain panels."""
     model, stack = reading_blocks(seed=2)
     native = stack.native
     weight = model.model.layers[0].mlp.up_proj.weight
     plain_weight = weight.detach().clone()  # the same values, no blocks
     x = torch.randn(40, weight.shape[1]).to(torch.bfloat16)
-    for rows in (1, 5, 12, 13, 20, 32, 40):  # with AMX tiles: one tile, two, and pieces of a widened panel
+    for rows in (1, 5, 12, 13, 20, 32, 40):
         assert torch.equal(native.linear(x[:rows], weight), native.linear(x[:rows], plain_weight)), rows
     assert native_step._format(native.packed(weight)) == gguf_blocks.FORMATS["Q4_1"]
 
