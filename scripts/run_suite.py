@@ -32,12 +32,12 @@ NOTEBOOK_CELL_TIMEOUT_S = 300  # one cell at full size; a hang fails in minutes,
 # now cuts every wait into half-second polls.
 QUICK_CELL_TIMEOUT_S = 120
 QUICK_RERUNS = 1
-# Two pytest-xdist workers for the tests, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS
-# for every process a test starts): much of the suite waits on process starts, model loads, pages and lanes,
-# which overlap. Measured on a 2-core Xeon: 408 s in parallel; one after another the whole suite took 688 s,
-# about 500 s without what is now marked slow. ``--workers 1`` runs them one at a time with the machine's
-# threads.
-WORKERS = 2
+# Three pytest-xdist workers for the tests, each computing on one thread (tests/conftest.py; OMP_NUM_THREADS
+# for every process a test starts): much of the suite waits on process starts (each pays ~6 s of importing
+# torch and transformers), model loads, pages and lanes, which overlap. Measured on a 2-core Xeon: 408 s on two
+# workers where one after another the whole suite took 688 s; later, with 1,126 tests, 634 s on two workers
+# and 569 s on three. ``--workers 1`` runs them one at a time with the machine's threads.
+WORKERS = 3
 # Two notebooks at a time, each computing on one thread, as the tests do: a notebook spends much of its time
 # starting a kernel, importing and drawing, which overlap. Kernels started side by side can race for the same
 # TCP ports (jupyter/jupyter_client#487), so in parallel each kernel talks over Unix sockets instead
@@ -48,6 +48,10 @@ NOTEBOOK_WORKERS = 1 if os.name == "nt" else 2
 # its event loop, nbclient in its own), and then went on: 04_cats took 137 s there, three times out of three,
 # and 18–20 s alone, after 00–02, or after 00 and 03. A process per notebook costs ~2 s each and avoids it
 # (all nine: 156 s, 04_cats 19 s, on a 2-core Xeon).
+# The longest start first, so that no slot idles at the end while one long notebook finishes: in name order
+# 09 (40 s) began last, beside nothing (quick mode on a 2-core Xeon: 04 57 s, 09 40 s, 00 40 s, 07 36 s, the rest
+# 22-32 s). A notebook not named here runs after these, in name order.
+LONGEST_FIRST = ("04_cats", "09_which_method_when", "00_introduction", "07_ssd")
 
 
 def run(command: list[str], env: dict[str, str]) -> tuple[int, float]:
@@ -79,6 +83,12 @@ def run_side_by_side(commands: list[list[str]], env: dict[str, str], slots: int)
             log.close()
             first_failure = first_failure or process.returncode
     return first_failure, time.monotonic() - started
+
+
+def notebook_order(notebooks: list[Path]) -> list[Path]:
+    """``notebooks`` with those in :data:`LONGEST_FIRST` first, in its order; the others after, as given."""
+    rank = {stem: i for i, stem in enumerate(LONGEST_FIRST)}
+    return sorted(notebooks, key=lambda path: rank.get(path.stem, len(rank)))
 
 
 def minutes(seconds: float) -> str:
@@ -117,7 +127,7 @@ def main() -> int:
             notebook_env.update(OMP_NUM_THREADS="1", SPECVIZ_KERNEL_TRANSPORT="ipc")
         commands = [[python, "-m", "pytest", "-q", "-rR", "--durations=0", "--timeout=900", "--nbmake", *sizes,
                      str(notebook.relative_to(ROOT))]  # one pytest process each (see above)
-                    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+                    for notebook in notebook_order(sorted((ROOT / "notebooks").glob("*.ipynb")))]
         notebook_code, notebook_time = run_side_by_side(commands, notebook_env, args.notebook_workers)
 
     rows = [("set-up", setup), ("tests" + (" (all)" if args.all else ""), test_time),

@@ -32,3 +32,11 @@ def test_side_by_side_keeps_each_log_whole_and_the_first_failure(capsys, tmp_pat
         assert lines[at + 1] == f"{name} done"
         assert int(lines[at].split()[-1]) <= 2
     assert max(int(line.split()[-1]) for line in out.splitlines() if " saw " in line) == 2  # two did run at once
+
+
+def test_the_longest_notebooks_start_first_and_the_rest_keep_their_order():
+    runner = load_source("run_suite", SCRIPT)
+    names = ["00_introduction", "01_a", "04_cats", "05_b", "07_ssd", "09_which_method_when", "10_new"]
+    ordered = [p.stem for p in runner.notebook_order([Path(f"notebooks/{n}.ipynb") for n in names])]
+    assert ordered[:4] == list(runner.LONGEST_FIRST)
+    assert ordered[4:] == ["01_a", "05_b", "10_new"]
