@@ -66,13 +66,13 @@ static void check_linear(int bf16, FILE *out) {
     void *x = values(M * K, bf16, 1.0f), *w = values(N * K, bf16, 0.5f), *bias = values(N, bf16, 0.1f);
     void *pw = packed(w, N, K, bf16);
     float *all = malloc(M * N * 4), *one = malloc(N * 4), *single = malloc(M * N * 4);
-    expect(!specviz_linear(x, M, K, pw, N, bias, bf16, all, 2), "linear runs", bf16);
-    expect(!specviz_linear(x, M, K, pw, N, bias, bf16, single, 1), "linear runs on one thread", bf16);
+    expect(!specviz_linear(x, M, K, pw, PLAIN, N, bias, bf16, all, 2), "linear runs", bf16);
+    expect(!specviz_linear(x, M, K, pw, PLAIN, N, bias, bf16, single, 1), "linear runs on one thread", bf16);
     expect(!memcmp(all, single, M * N * 4), "linear: one thread gives two threads' bits", bf16);
     size_t size = bf16 ? 2 : 4;
     double worst = 0;
     for (int64_t m = 0; m < M; m++) {
-        expect(!specviz_linear((char *)x + m * K * size, 1, K, pw, N, bias, bf16, one, 2), "linear, one row", bf16);
+        expect(!specviz_linear((char *)x + m * K * size, 1, K, pw, PLAIN, N, bias, bf16, one, 2), "linear, one row", bf16);
         expect(!memcmp(one, all + m * N, N * 4), "linear: a row alone gives its bits among 9", bf16);
         for (int64_t n = 0; n < N; n++) {
             double sum = load_hidden(bias, bf16, n), magnitude = fabs(sum);
@@ -97,6 +97,7 @@ static void check_layers_and_head(int bf16, FILE *out) {
     Shape s = {d, heads, kv_heads, head_dim, inter, capacity, 1e-5f, 1.0f / sqrtf((float)head_dim), 1.0f, bf16};
     size_t size = bf16 ? 2 : 4;
     Layer layers[2];
+    memset(layers, 0, sizeof layers); /* plain panels only: formats PLAIN, no quantized twins */
     for (int i = 0; i < n_layers; i++) {
         void *q = values(heads * head_dim * d, bf16, 0.3f), *k = values(kv_heads * head_dim * d, bf16, 0.3f);
         void *v = values(kv_heads * head_dim * d, bf16, 0.3f), *o = values(d * heads * head_dim, bf16, 0.3f);
@@ -142,9 +143,9 @@ static void check_layers_and_head(int bf16, FILE *out) {
            bf16);
     void *norm = values(d, bf16, 1.0f), *head = values(vocab * d, bf16, 0.5f), *ph = packed(head, vocab, d, bf16);
     float *logits = malloc(M * vocab * 4), *row = malloc(vocab * 4);
-    expect(!specviz_head(&s, result[0], M, norm, ph, vocab, logits, work, 2), "head runs", bf16);
+    expect(!specviz_head(&s, result[0], M, norm, ph, PLAIN, NULL, vocab, logits, work, 2), "head runs", bf16);
     for (int64_t m = 0; m < M; m++) {
-        expect(!specviz_head(&s, (char *)result[0] + m * d * size, 1, norm, ph, vocab, row, work, 1),
+        expect(!specviz_head(&s, (char *)result[0] + m * d * size, 1, norm, ph, PLAIN, NULL, vocab, row, work, 1),
                "head, one row", bf16);
         expect(!memcmp(row, logits + m * vocab, vocab * 4), "head: a row alone gives its bits among 7", bf16);
     }

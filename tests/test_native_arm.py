@@ -25,6 +25,18 @@ def test_the_arm_build_keeps_its_products_in_registers_and_passes_its_checks_und
     assert done.stdout.count("0 vector spills in the products' loops") == 2, done.stdout
 
 
+@pytest.mark.skipif(shutil.which("cc") is None or sys.platform != "linux", reason="needs a C compiler (cc) on Linux")
+def test_the_harness_builds_against_this_step_and_its_checks_hold_here(tmp_path):
+    """The ARM check's harness calls step.c's entry points itself: built for this machine, it must still compile
+    against them and pass. Without this, a changed signature broke the harness unseen where the cross tools are
+    missing (most machines), until the ARM check next ran."""
+    host = tmp_path / "host"  # -O1 (the last -O wins): 8 s to build where -O3 takes 18; -O0 cannot (asm constants)
+    arm_check.build(["cc"], ["-march=native", "-fopenmp", "-O1"], host)
+    ok, report, values = arm_check.run_harness([str(host)], tmp_path / "host.out")
+    assert ok, report
+    assert report.endswith("every check held") and len(values) > 0, report
+
+
 def test_the_count_sees_a_spill_in_a_loop_that_multiplies_and_not_a_store_after_it():
     disassembly = ("0000000000001000 <product_panel>:\n"
                    "    1000:\tldr\tq10, [sp, #176]\n"

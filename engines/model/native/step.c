@@ -32,7 +32,10 @@
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define SPECVIZ_DPBF16 1
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+/* GCC spells the AMX macros __AMX_TILE__ and __AMX_BF16__, clang __AMXTILE__ and __AMXBF16__ (a clang build
+ * that looked for GCC's alone kept the vector products on a CPU with tiles) */
+#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__)) &&            \
+    defined(__linux__)
 #define SPECVIZ_AMX 1 /* built for a CPU with AMX tiles (a Xeon since Sapphire Rapids): used where the kernel allows */
 #include <sys/syscall.h>
 #include <unistd.h>
