@@ -72,7 +72,8 @@ static void check_linear(int bf16, FILE *out) {
     size_t size = bf16 ? 2 : 4;
     double worst = 0;
     for (int64_t m = 0; m < M; m++) {
-        expect(!specviz_linear((char *)x + m * K * size, 1, K, pw, PLAIN, N, bias, bf16, one, 2), "linear, one row", bf16);
+        expect(!specviz_linear((char *)x + m * K * size, 1, K, pw, PLAIN, N, bias, bf16, one, 2), "linear, one row",
+               bf16);
         expect(!memcmp(one, all + m * N, N * 4), "linear: a row alone gives its bits among 9", bf16);
         for (int64_t n = 0; n < N; n++) {
             double sum = load_hidden(bias, bf16, n), magnitude = fabs(sum);
