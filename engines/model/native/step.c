@@ -970,10 +970,10 @@ static inline void amx_end(void) {
     amx_rows = 0;
 }
 
-/* One tile of rows (rows1 = 0): C0, C1 and A in 2, 3 rows × 64 bytes, B in 4-7. Two (rows1 > 0): C0, C1 and A in 4
- * the first rows, C2, C3 and A in 5 the next rows1, B in 6-7. B: 16 pairs of k × 16 outputs. */
-/* Loads the configuration called key into this thread's tiles: each tile's rows and bytes a row (0 and 0: unused). */
+/* The configuration called key in this thread's tiles (loaded unless it already is): each tile's rows and bytes a
+ * row (0 and 0: unused). */
 static inline void amx_load_config(int key, const uint8_t rows[8], const uint16_t colsb[8]) {
+    if (amx_rows == key) return;
     TileConfig *config = &amx_config;
     memset(config, 0, sizeof *config);
     config->palette = 1;
@@ -985,9 +985,11 @@ static inline void amx_load_config(int key, const uint8_t rows[8], const uint16_
     amx_rows = key;
 }
 
+/* One tile of rows (rows1 = 0): C0, C1 and A in 2, 3 rows × 64 bytes, B in 4-7. Two (rows1 > 0): C0, C1 and A in 4
+ * the first rows, C2, C3 and A in 5 the next rows1, B in 6-7. B: 16 pairs of k × 16 outputs. */
 static inline void amx_configure(int rows, int rows1) {
     const int key = rows | rows1 << 8;
-    if (amx_rows == key) return;
+    if (amx_rows == key) return; /* before the arrays: every panel's tile call asks */
     const uint8_t one[8] = {(uint8_t)rows, (uint8_t)rows, (uint8_t)rows, (uint8_t)rows, 16, 16, 16, 16};
     const uint8_t two[8] = {(uint8_t)rows, (uint8_t)rows, (uint8_t)rows1, (uint8_t)rows1, (uint8_t)rows, (uint8_t)rows1,
                             16, 16};
@@ -2405,11 +2407,10 @@ static void amx_scores(const int HV, const Shape *s, const uint16_t *keys, const
         }
     }
     const int key = 1 << 16 | count; /* apart from every product's configuration */
-    if (amx_rows != key) { /* C: 16 keys × the queries; A: 16 keys × 32 elements; B (2-5): 16 pairs × queries */
-        const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 0, 0};
-        const uint16_t q = (uint16_t)(4 * count), bytes[8] = {q, 64, q, q, q, q, 0, 0};
-        amx_load_config(key, rows, bytes);
-    }
+    /* C: 16 keys × the queries; A: 16 keys × 32 elements; B (2-5): 16 pairs × queries */
+    const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 0, 0};
+    const uint16_t q = (uint16_t)(4 * count), bytes[8] = {q, 64, q, q, q, q, 0, 0};
+    amx_load_config(key, rows, bytes);
     AMX_LOAD(2, columns[0], 4 * GROUP_QUERIES);
     AMX_LOAD(3, columns[1], 4 * GROUP_QUERIES);
     if (pieces == 4) {
