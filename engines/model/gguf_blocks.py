@@ -169,6 +169,12 @@ def blocks_of(weight: torch.Tensor) -> GGUFBlocks | None:
     return kept if isinstance(kept, GGUFBlocks) and kept.shape == tuple(weight.shape) else None
 
 
+def keep_rows(rows: torch.Tensor, blocks: GGUFBlocks, ids: np.ndarray) -> None:
+    """Keep on ``rows`` (a weight's rows ``ids``, gathered: a drafter's draft-vocabulary head) those rows of the
+    weight's ``blocks``. The native step reads them only where they widen to ``rows`` exactly (it checks)."""
+    rows.__dict__[ATTRIBUTE] = GGUFBlocks(blocks.format, np.ascontiguousarray(blocks.blocks[ids]))
+
+
 _READ = "_specviz_blocks_read"
 
 
