@@ -184,22 +184,18 @@ def test_a_linear_map_on_blocks_widens_panels_for_many_rows_and_keeps_the_bits()
 
 
 def test_a_drafters_head_rows_read_the_targets_blocks_and_keep_the_bits():
-    """A drafter's draft-vocabulary head (``SharedHead``: rows gathered from the target's head) can keep those rows of
-    the target head's Q8_0 blocks (``gguf_blocks.keep_rows``; ``SharedHead`` does in fp32), and the native step
-    reads them: its logits, through the norm and head or the bare linear map, equal bit for bit those of the same
-    rows on plain panels, at 1 row and at many."""
+    """A drafter's draft-vocabulary head (``SharedHead``: rows gathered from the target's head) keeps those rows of
+    the target head's Q8_0 blocks, and the native step reads them: its logits, through the norm and head or the
+    bare linear map, equal bit for bit those of the same rows on plain panels, at 1 row and at many."""
     from engines.drafters.heads import SharedHead
 
+    model, stack = reading_blocks(seed=4)
     vocab = torch.tensor([7, 3, 150, 41, 0, 199, 88, 120, 5, 64, 33, 140, 17, 99, 160, 101])
-    fp32 = quantized_model(seed=4, dtype=torch.float32)
-    kept = gguf_blocks.blocks_of(SharedHead(Engine(fp32).target, vocab).rows(torch.float32))
-    assert kept is not None and np.array_equal(kept.blocks, gguf_blocks.blocks_of(fp32.lm_head.weight).blocks[vocab])
-
-    model, stack = reading_blocks(seed=4)  # bf16, which this build reads blocks in
     shared = SharedHead(stack, vocab)
     rows = shared.rows(torch.bfloat16)
+    kept = gguf_blocks.blocks_of(rows)
+    assert kept is not None and np.array_equal(kept.blocks, gguf_blocks.blocks_of(model.lm_head.weight).blocks[vocab])
     plain = rows.clone()  # the same values, no blocks
-    gguf_blocks.keep_rows(rows, gguf_blocks.blocks_of(model.lm_head.weight), vocab.numpy())
     native, norm = stack.native, stack.backbone.norm
     for n in (1, 3, 12, 20):
         hidden = torch.randn(1, n, rows.shape[1]).to(torch.bfloat16)

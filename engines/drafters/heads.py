@@ -86,14 +86,12 @@ class SharedHead(nn.Module):
             weight = self._weight[0]
             rows = weight.detach()[self.vocab_ids].to(dtype)
             blocks = gguf_blocks.blocks_of(weight)
-            if blocks is not None and dtype == torch.float32 and self.vocab_ids.device.type == "cpu":
-                # In fp32 (the AVX2 build's choice: a Zen 3), the same rows of the target head's GGUF blocks, which
-                # the native step reads where they widen, bit for bit, to these rows (it checks): the same logits
-                # from 5 MB instead of 19 for 8,192 rows (Q8_0: 8.5 bits a weight). EAGLE's, MoA's, CATS's and the
-                # exit heads' drafted tokens took 0.77-0.88 of their time so (2-core Xeon, forced AVX2 build).
-                # Not in bf16: there the rows are 9 MB and stay in L3 between drafted tokens, and widening cost
-                # more than the bytes saved (0.20 against 0.10 ms a row on a Zen 4); on AMX tiles no steady gain
-                # (0.81-1.07 of the time from run to run; docs/verify-cost.md).
+            if blocks is not None and self.vocab_ids.device.type == "cpu":
+                # the same rows of the target head's GGUF blocks (Q8_0 for the default model: 8.5 bits a weight),
+                # which the native step reads where they widen, bit for bit, to these rows (it checks): the same
+                # logits from 5 MB instead of 9 (bf16) or 19 (fp32) for 8,192 rows. A drafted token of EAGLE, MoA,
+                # CATS or an exit head took 0.73-0.87 of its time so in fp32 (the AVX2 build's choice, a Zen 3's)
+                # and a median 0.96 in bf16 on AMX tiles (2-core Xeon; docs/verify-cost.md).
                 gguf_blocks.keep_rows(rows, blocks, self.vocab_ids.numpy())
             self._rows[dtype] = rows
         return self._rows[dtype]
